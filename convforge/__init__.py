@@ -1,0 +1,12 @@
+"""convforge: the UIUC ECE 408 convolution project on today's stack.
+
+Rooms with narrow doors:
+- ``convforge.data``    Fashion-MNIST: IDX files, discovery/download, the course resize.
+- ``convforge.models``  the course networks (architectures, presets, weights).
+- ``convforge.conv``    the one registry of convolution implementations.
+- ``convforge.engine``  runs any network with any implementation, timing each conv layer.
+- ``convforge.harness`` verify / bench / profile any implementation.
+- ``convforge.cli``     the ``convforge`` command.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,3 @@
+from convforge.cli import main
+
+raise SystemExit(main())

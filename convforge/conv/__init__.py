@@ -1,0 +1,208 @@
+"""The one registry of convolution implementations.
+
+Every implementation computes the course's layer (stride 1, no padding):
+
+    y[b, m, h, w] = sum over c, p, q of x[b, c, h + p, w + q] * k[m, c, p, q]   (+ bias[m])
+
+with x (B, C, H, W), k (M, C, K, K) and y (B, M, H-K+1, W-K+1), all float32 tensors on one device.
+Each implementation is one module of this package that opens with a header (technique, the course
+optimisation it reproduces, the bottleneck it expects) and provides:
+
+    prepare(weight, bias=None) -> ConvFn
+        One-time work (compiling, packing weights) happens here and is kept out of Op Time.
+        ``weight`` is (M, C, K, K) float32, contiguous, on the implementation's device.
+    ConvFn(x, out=None) -> Tensor
+        ``x`` is (B, C, H, W) float32, contiguous, on the device. When ``out`` is given it must be
+        written completely and returned (the harness poisons it with NaN first); otherwise the
+        function allocates its result.
+
+A module serving several registry entries that differ only in precision (e.g. TF32 and FP16 tensor
+cores) declares ``PRECISIONS = (...)`` and takes ``precision=`` in ``prepare``.
+
+Implementations with ``fuses=True`` also provide ``prepare_fused(weight, bias, activation, pool)``:
+a ConvFn returning activation(conv(x) + bias) max-pooled over pool x pool windows with stride pool,
+writing only the pooled map. A module may define ``unavailable_reason() -> str | None`` for checks
+beyond "the device exists and the optional packages import".
+
+To add an implementation: write its module, add one ``ConvImpl`` line to ``IMPLEMENTATIONS``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from dataclasses import dataclass
+from typing import Optional, Protocol
+
+import torch
+
+from convforge.errors import UserError
+
+EXACT_PRECISIONS = ("fp64", "fp32")
+EXACT_TOLERANCE = 1e-5     # ||out - ref|| / ||ref|| for exact fp32 arithmetic
+REDUCED_TOLERANCE = 1e-2   # TF32 / FP16 / BF16 paths
+
+
+class ConvFn(Protocol):
+    def __call__(self, x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor: ...
+
+
+@dataclass(frozen=True)
+class ConvImpl:
+    name: str
+    module: str                    # module of this package holding prepare()
+    devices: tuple[str, ...]       # "cpu", "cuda"
+    precision: str                 # "fp64", "fp32" (exact) or "tf32", "fp16", "bf16" (reduced)
+    description: str
+    requires: tuple[str, ...] = ()  # optional Python packages it imports when prepared
+    fuses: bool = False            # provides prepare_fused (conv + bias + activation + max pool)
+    install_hint: str = ""
+
+    @property
+    def exact(self) -> bool:
+        return self.precision in EXACT_PRECISIONS
+
+    @property
+    def tolerance(self) -> float:
+        return EXACT_TOLERANCE if self.exact else REDUCED_TOLERANCE
+
+    def _module(self):
+        return importlib.import_module(f"{__name__}.{self.module}")
+
+    def unavailable_reason(self, device: str) -> Optional[str]:
+        """None when this implementation can run on ``device`` here, else why not and how to get it."""
+        if device not in self.devices:
+            return f"runs on {' or '.join(self.devices)} only"
+        if device == "cuda" and not torch.cuda.is_available():
+            return "no CUDA GPU visible to PyTorch (needs an NVIDIA GPU and a CUDA build of torch)"
+        for package in self.requires:
+            if importlib.util.find_spec(package) is None:
+                return f"needs the Python package '{package}'" + (f": {self.install_hint}" if self.install_hint else "")
+        if importlib.util.find_spec(f"{__name__}.{self.module}") is None:
+            return "not part of this build of convforge"
+        hook = getattr(self._module(), "unavailable_reason", None)
+        return hook() if hook else None
+
+    def prepare(self, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> ConvFn:
+        module = self._module()
+        if getattr(module, "PRECISIONS", None):  # one module serving several precisions
+            return module.prepare(weight.contiguous(), bias, precision=self.precision)
+        return module.prepare(weight.contiguous(), bias)
+
+    def prepare_fused(self, weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Optional[str],
+                      pool: int) -> ConvFn:
+        if not self.fuses:
+            raise TypeError(f"{self.name} does not fuse activation and pooling")
+        return self._module().prepare_fused(weight.contiguous(), bias, activation, pool)
+
+    @property
+    def header(self) -> str:
+        """The module's header: technique, course optimisation, expected bottleneck."""
+        spec = importlib.util.find_spec(f"{__name__}.{self.module}")
+        if spec is None or spec.origin is None:
+            return ""
+        import ast
+        with open(spec.origin, encoding="utf-8") as handle:
+            return ast.get_docstring(ast.parse(handle.read())) or ""
+
+
+_NUMBA = "pip install numba"
+_TRITON = "pip install 'convforge[triton]'"
+_CUPY = "pip install 'convforge[cuda]'"
+
+IMPLEMENTATIONS: tuple[ConvImpl, ...] = (
+    # -- baselines ----------------------------------------------------------------------------------
+    ConvImpl("reference", "reference", ("cpu",), "fp64",
+             "float64 NumPy, the course pseudo-code's sum (the verification reference)"),
+    ConvImpl("torch", "torch_conv", ("cpu", "cuda"), "fp32",
+             "F.conv2d: the framework baseline, oneDNN on CPU, cuDNN with TF32 off on GPU (milestone 1)"),
+    # -- CPU (milestone 2) --------------------------------------------------------------------------
+    ConvImpl("cpu-loops", "cpu_loops", ("cpu",), "fp32",
+             "the course's seven-loop pseudo-code as written, Numba, one thread", ("numba",), install_hint=_NUMBA),
+    ConvImpl("cpu-parallel", "cpu_parallel", ("cpu",), "fp32",
+             "Numba over images and maps, SIMD-friendly loop order, compile-time K, register accumulation",
+             ("numba",), install_hint=_NUMBA),
+    ConvImpl("cpu-gemm", "cpu_gemm", ("cpu",), "fp32", "unroll (im2col) + BLAS matrix multiply, chunked"),
+    # -- CUDA C through CuPy/NVRTC (milestones 3 and 4) ----------------------------------------------
+    ConvImpl("cuda-naive", "cuda_naive", ("cuda",), "fp32",
+             "one thread per output element, global memory only (milestone 3)", ("cupy",), install_hint=_CUPY),
+    ConvImpl("cuda-tiled", "cuda_tiled", ("cuda",), "fp32",
+             "input tile plus halo in shared memory", ("cupy",), install_hint=_CUPY),
+    ConvImpl("cuda-constmem", "cuda_constmem", ("cuda",), "fp32",
+             "weights in __constant__ memory, shared-memory input tile", ("cupy",), install_hint=_CUPY),
+    ConvImpl("cuda-unroll-gemm", "cuda_unroll_gemm", ("cuda",), "fp32",
+             "unroll (im2col) kernel + shared-memory tiled matrix multiply, batch chunked", ("cupy",),
+             install_hint=_CUPY),
+    ConvImpl("cuda-fused-gemm", "cuda_fused_gemm", ("cuda",), "fp32",
+             "implicit GEMM: unroll fused into a register-tiled matmul, compile-time shapes, __restrict__",
+             ("cupy",), install_hint=_CUPY),
+    ConvImpl("cuda-tc-tf32", "cuda_tc", ("cuda",), "tf32",
+             "implicit GEMM on tensor cores, TF32 inputs, fp32 accumulate", ("cupy",), install_hint=_CUPY),
+    ConvImpl("cuda-tc-fp16", "cuda_tc", ("cuda",), "fp16",
+             "implicit GEMM on tensor cores, FP16 inputs, fp32 accumulate", ("cupy",), install_hint=_CUPY),
+    ConvImpl("cuda-fused-layer", "cuda_fused_layer", ("cuda",), "fp32",
+             "conv + bias + activation + max pool in one kernel, writes only the pooled map", ("cupy",),
+             fuses=True, install_hint=_CUPY),
+    ConvImpl("cuda-auto", "cuda_auto", ("cuda",), "fp32",
+             "per layer shape, the fastest exact CUDA kernel according to the recorded bench results",
+             ("cupy",), fuses=True, install_hint=_CUPY),
+    # -- Triton -------------------------------------------------------------------------------------
+    ConvImpl("triton-direct", "triton_direct", ("cuda",), "fp32",
+             "direct convolution, tile of positions x maps per program, constexpr K and C", ("triton",),
+             install_hint=_TRITON),
+    ConvImpl("triton-gemm", "triton_gemm", ("cuda",), "fp32",
+             "implicit GEMM with tl.dot, input_precision='ieee', autotuned blocks", ("triton",),
+             install_hint=_TRITON),
+    ConvImpl("triton-gemm-tf32", "triton_gemm", ("cuda",), "tf32",
+             "implicit GEMM with tl.dot on TF32 tensor cores, autotuned blocks", ("triton",), install_hint=_TRITON),
+    ConvImpl("triton-fused-layer", "triton_fused_layer", ("cuda",), "fp32",
+             "conv + bias + activation + max pool in one Triton kernel, writes only the pooled map",
+             ("triton",), fuses=True, install_hint=_TRITON),
+)
+
+_BY_NAME = {impl.name: impl for impl in IMPLEMENTATIONS}
+
+# What "--impl auto" picks, first available wins.
+AUTO_PREFERENCE = {"cuda": ("cuda-auto", "triton-gemm", "torch"), "cpu": ("cpu-parallel", "torch")}
+
+
+def names() -> list[str]:
+    return [impl.name for impl in IMPLEMENTATIONS]
+
+
+def get(name: str) -> ConvImpl:
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise UserError(f"unknown implementation '{name}'; choose one of: {', '.join(names())} "
+                        "(see 'convforge impls')") from None
+
+
+def resolve(name: str, device: str) -> ConvImpl:
+    """The implementation to run on ``device``: ``auto`` picks the best available one."""
+    if name == "auto":
+        for candidate in AUTO_PREFERENCE[device]:
+            if candidate in _BY_NAME and _BY_NAME[candidate].unavailable_reason(device) is None:
+                return _BY_NAME[candidate]
+        raise UserError(f"no convolution implementation is available on {device}")
+    impl = get(name)
+    reason = impl.unavailable_reason(device)
+    if reason:
+        raise UserError(f"implementation '{name}' cannot run on {device} here: {reason}")
+    return impl
+
+
+def add_bias(y: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    """In-place bias add for implementations whose kernel has no bias epilogue."""
+    if bias is not None:
+        y += bias.view(1, -1, 1, 1)
+    return y
+
+
+def output_shape(x_shape, weight_shape) -> tuple[int, int, int, int]:
+    batch, channels, height, width = x_shape
+    maps, w_channels, k_h, k_w = weight_shape
+    if channels != w_channels:
+        raise ValueError(f"input has {channels} channels, weights expect {w_channels}")
+    return batch, maps, height - k_h + 1, width - k_w + 1
+

@@ -1,0 +1,209 @@
+"""The engine: runs any network with any registered convolution implementation, timing each conv layer.
+
+Op Time of a layer is its convolution calls as the engine makes them (including per-call work such as
+staging weights), input already on the device, synchronised before and after, with CUDA events on a
+GPU; summed over the chunks a batch is cut into. One-time preparation (compiling, packing weights) is
+timed apart. Everything else (activations, pooling, fully-connected layers) runs in PyTorch float32.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+import numpy as np
+import torch
+
+from convforge import conv
+from convforge.errors import UserError
+from convforge.models import Activation, Conv, ConvShape, Network, Pool, apply_layer
+
+# Bound on the largest activation of one chunk, so memory stays flat for any number of images.
+CHUNK_BYTES = {"cpu": 256 << 20, "cuda": 4 << 30}
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda asked for, but PyTorch sees no CUDA GPU here; use --device cpu, or "
+                        "install a CUDA build of torch on a machine with an NVIDIA GPU")
+    if device not in ("cpu", "cuda"):
+        raise UserError(f"unknown device '{device}'; choose auto, cpu or cuda")
+    return device
+
+
+class Stopwatch:
+    """Times a region of device work: CUDA events on a GPU, the host clock after a sync on a CPU."""
+
+    def __init__(self, device: str):
+        self.device = device
+
+    def __enter__(self):
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+            self._start = torch.cuda.Event(enable_timing=True)
+            self._end = torch.cuda.Event(enable_timing=True)
+            self._start.record()
+        else:
+            self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        if self.device == "cuda":
+            self._end.record()
+            self._end.synchronize()
+            self.seconds = self._start.elapsed_time(self._end) / 1e3
+        else:
+            self.seconds = time.perf_counter() - self._t0
+        return False
+
+
+@dataclass
+class LayerResult:
+    index: int                 # 1-based convolution layer number
+    shape: ConvShape
+    impl: str
+    op_time_s: float = 0.0
+    fused: str = ""            # e.g. "tanh+maxpool2" when the kernel also did those
+
+    @property
+    def gflops(self) -> float:
+        return self.shape.flops / self.op_time_s / 1e9 if self.op_time_s > 0 else float("nan")
+
+    def as_dict(self) -> dict:
+        return {"layer": self.index, "shape": asdict(self.shape), "impl": self.impl,
+                "op_time_s": self.op_time_s, "gflops": self.gflops, "fused": self.fused or None}
+
+
+@dataclass
+class InferenceResult:
+    model: str
+    images: int
+    impl: str
+    device: str
+    correctness: float
+    predictions: np.ndarray
+    layers: list[LayerResult]
+    prepare_time_s: float
+    total_time_s: float
+    extra: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {"model": self.model, "images": self.images, "impl": self.impl, "device": self.device,
+                "correctness": self.correctness, "layers": [layer.as_dict() for layer in self.layers],
+                "prepare_time_s": self.prepare_time_s, "total_time_s": self.total_time_s, **self.extra}
+
+
+@dataclass
+class _Step:
+    """One stage of the compiled forward pass: a convolution call or a PyTorch layer."""
+    layer: object
+    prefix: str
+    conv_fn: Optional[conv.ConvFn] = None
+    result: Optional[LayerResult] = None
+    skip: int = 0  # following layers the conv kernel already applied (fusion)
+
+
+class Engine:
+    """A network bound to one convolution implementation on one device, prepared once, run many times."""
+
+    def __init__(self, network: Network, impl: str = "auto", device: str = "auto", fuse: bool = True,
+                 chunk: Optional[int] = None, annotate: bool = False):
+        self.network = network
+        self.device = resolve_device(device)
+        self.impl = conv.resolve(impl, self.device)
+        self.params = {k: v.to(self.device) for k, v in network.params.items()}
+        arch = network.architecture
+        self.annotate = annotate  # name each layer in profiler traces (record_function + NVTX)
+        self.chunk = chunk or max(1, CHUNK_BYTES[self.device] // (4 * arch.max_activation_elements()))
+        self.steps: list[_Step] = []
+        walk = list(arch.walk())
+        conv_index = 0
+        t0 = time.perf_counter()
+        i = 0
+        while i < len(walk):
+            layer, prefix, shape_in, _ = walk[i]
+            step = _Step(layer, prefix)
+            if isinstance(layer, Conv):
+                conv_index += 1
+                weight, bias = self.params[f"{prefix}.weight"], self.params.get(f"{prefix}.bias")
+                fusion = self._fusable(walk, i) if fuse and self.impl.fuses else None
+                shape = ConvShape(0, layer.out_channels, *shape_in, layer.kernel)
+                step.result = LayerResult(conv_index, shape, self.impl.name)
+                if fusion:
+                    activation, pool, step.skip = fusion
+                    step.conv_fn = self.impl.prepare_fused(weight, bias, activation, pool)
+                    step.result.fused = (f"{activation}+" if activation else "") + f"maxpool{pool}"
+                else:
+                    step.conv_fn = self.impl.prepare(weight, bias)
+            self.steps.append(step)
+            i += 1 + step.skip
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+        self.prepare_time_s = time.perf_counter() - t0
+
+    @staticmethod
+    def _fusable(walk, i):
+        """(activation, pool, layers absorbed) when conv i is followed by [activation] and a square max pool."""
+        j = i + 1
+        activation = None
+        if j < len(walk) and isinstance(walk[j][0], Activation):
+            activation = walk[j][0].kind
+            j += 1
+        if j < len(walk) and isinstance(walk[j][0], Pool):
+            pool = walk[j][0]
+            if pool.kind == "max" and pool.step == pool.kernel and not pool.ceil_mode:
+                return activation, pool.kernel, j - i
+        return None
+
+    def forward(self, x: torch.Tensor, timings: Optional[list[LayerResult]] = None) -> torch.Tensor:
+        """Forward pass of one chunk already on the device; adds each conv call's time to its layer."""
+        for step in self.steps:
+            with self._annotation(step):
+                if step.conv_fn is None:
+                    x = apply_layer(step.layer, x, self.params, step.prefix)
+                    continue
+                with Stopwatch(self.device) as watch:
+                    x = step.conv_fn(x)
+                step.result.op_time_s += watch.seconds
+        return x
+
+    def _annotation(self, step: _Step):
+        if not self.annotate:
+            return contextlib.nullcontext()
+        label = (f"conv{step.result.index} [{self.impl.name}]" if step.result else
+                 f"{type(step.layer).__name__.lower()} {step.prefix}".strip())
+        stack = contextlib.ExitStack()
+        stack.enter_context(torch.profiler.record_function(label))
+        if self.device == "cuda":
+            stack.enter_context(torch.cuda.nvtx.range(label))
+        return stack
+
+    def run(self, images: np.ndarray, labels: Optional[np.ndarray] = None) -> InferenceResult:
+        """Classify (N, S, S) uint8 images chunk by chunk; Op Time is summed over the chunks."""
+        arch = self.network.architecture
+        if images.ndim != 3 or images.shape[1:] != (arch.input_size, arch.input_size):
+            raise UserError(f"{self.network.name} takes {arch.input_size}x{arch.input_size} images, "
+                            f"got {images.shape[1:]}")
+        n = images.shape[0]
+        for step in self.steps:
+            if step.result is not None:
+                step.result.op_time_s = 0.0
+                step.result.shape = step.result.shape.with_batch(n)
+        predictions = np.empty(n, dtype=np.int64)
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            for start in range(0, n, self.chunk):
+                block = torch.from_numpy(images[start:start + self.chunk]).to(self.device)
+                x = block.to(torch.float32).unsqueeze(1).contiguous()
+                logits = self.forward(x)
+                predictions[start:start + block.shape[0]] = logits.argmax(dim=1).cpu().numpy()
+        total = time.perf_counter() - t0
+        correctness = float(np.mean(predictions == labels)) if labels is not None else float("nan")
+        return InferenceResult(model=self.network.name, images=n, impl=self.impl.name, device=self.device,
+                               correctness=correctness, predictions=predictions,
+                               layers=[s.result for s in self.steps if s.result is not None],
+                               prepare_time_s=self.prepare_time_s, total_time_s=total)

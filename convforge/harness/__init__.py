@@ -1,0 +1,1 @@
+"""The one harness that verifies, benchmarks and profiles any registered convolution implementation."""

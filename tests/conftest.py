@@ -1,0 +1,62 @@
+"""Shared test set-up.
+
+Triton's interpreter runs its kernels on the CPU; it must be switched on before Triton is imported,
+so it is set here, first, on machines without a CUDA GPU.
+"""
+
+import os
+import shutil
+from pathlib import Path
+
+try:
+    import torch
+    _HAS_CUDA = torch.cuda.is_available()
+except ImportError:  # pragma: no cover
+    _HAS_CUDA = False
+if not _HAS_CUDA:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = Path(os.environ.get("CONVFORGE_FIXTURES", REPO.parent / "shared" / "fixtures"))
+
+
+@pytest.fixture(scope="session")
+def has_cuda() -> bool:
+    return _HAS_CUDA
+
+
+@pytest.fixture()
+def cli(capsys):
+    """Run the convforge command in-process: returns (exit status, stdout, stderr)."""
+    from convforge.cli import main
+
+    def run(*argv):
+        code = main([str(a) for a in argv])
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    """A folder with the real Fashion-MNIST files (tests that need them skip, saying how to get them)."""
+    from convforge import data
+    try:
+        return data.find_data_dir(None, "test", allow_download=False)
+    except Exception:
+        pytest.skip("Fashion-MNIST is not installed: apt-get install -y dataset-fashion-mnist")
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path_factory, monkeypatch):
+    """Each test session gets its own cache folder, so no test depends on a user's cache."""
+    cache = tmp_path_factory.getbasetemp() / "convforge-cache"
+    monkeypatch.setenv("CONVFORGE_CACHE", str(cache))
+    yield
+
+
+def nvcc_path():
+    return shutil.which("nvcc")
