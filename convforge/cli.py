@@ -86,9 +86,9 @@ def _load_for_inference(args):
     from convforge.engine import resolve_device
     conv.resolve(args.impl, resolve_device(args.device))  # every option is checked before any output
     network = _load_network(args)
-    say("Loading fashion-mnist data...", end=" ", flush=True)
+    # Load before announcing, so that a bad file or option leaves only the one error line.
     dataset = data.load("test", network.architecture.input_size, args.images, args.data_dir)
-    say("done")
+    say("Loading fashion-mnist data... done")
     say("Loading model...", end=" ", flush=True)
     from convforge.engine import Engine
     engine = Engine(network, impl=args.impl, device=args.device, fuse=not args.no_fuse)

@@ -1,11 +1,30 @@
-"""Comparing an implementation's output with the float64 reference: shared by verify and the tests."""
+"""Comparing an implementation's output with the float64 reference: shared by verify, bench and the tests.
+
+``check_call`` is the one place a convolution function is called under scrutiny: output poisoned with NaN,
+input compared with a clone, the returned buffer's identity checked, the error measured in float64.
+"""
 
 from __future__ import annotations
 
-from typing import Sequence
+import math
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import torch
+
+from convforge.conv.reference import conv2d_float64
+
+# The network's activations (models.ACTIVATIONS) in float64 NumPy, for the fused reference.
+REFERENCE_ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "tanh": np.tanh,
+    "relu": lambda y: np.maximum(y, 0.0),
+    "sigmoid": lambda y: 1.0 / (1.0 + np.exp(-y)),
+}
+
+# Root mean square of the input values random_case draws (uniform on [-64, 191]): sets the weight scale
+# that puts a convolution's output near unit size.
+_INPUT_RMS = math.sqrt(255.0 ** 2 / 12 + 63.5 ** 2)
 
 
 def poisoned(shape: Sequence[int], device: str | torch.device = "cpu") -> torch.Tensor:
@@ -33,10 +52,86 @@ def describe_mismatch(out: torch.Tensor | np.ndarray, ref: np.ndarray, limit: in
     return f"{int(bad.sum())} of {bad.size} elements differ ({int(np.isnan(got).sum())} NaN); first: {items}"
 
 
-def random_case(shape_x: Sequence[int], shape_w: Sequence[int], seed: int, bias: bool = False):
-    """Fresh random input, weights (and bias) of the scale the course's layers see; never zeros."""
+def random_case(shape_x: Sequence[int], shape_w: Sequence[int], seed: int, bias: bool = False,
+                unit_output: bool = False):
+    """Fresh random input, weights (and bias) of the scale the course's layers see; never zeros.
+
+    ``unit_output`` scales the weights so the convolution's output is of order 1, where tanh and sigmoid
+    are not saturated and a wrong activation or pooling window shows in the output.
+    """
     g = torch.Generator().manual_seed(seed)
     x = torch.rand(tuple(shape_x), generator=g) * 255.0 - 64.0
-    w = torch.randn(tuple(shape_w), generator=g) * 0.05
+    fan_in = shape_w[1] * shape_w[2] * shape_w[3]
+    weight_std = 2.0 / (_INPUT_RMS * math.sqrt(fan_in)) if unit_output else 0.05
+    w = torch.randn(tuple(shape_w), generator=g) * weight_std
     b = torch.randn(shape_w[0], generator=g) if bias else None
     return x, w, b
+
+
+def reference_layer(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
+                    activation: Optional[str] = None, pool: Optional[int] = None) -> np.ndarray:
+    """conv + bias, then the activation, then a pool x pool max pool of stride pool: all in float64."""
+    y = conv2d_float64(x.cpu().numpy(), weight.cpu().numpy(), None if bias is None else bias.cpu().numpy())
+    if activation is not None:
+        y = REFERENCE_ACTIVATIONS[activation](y)
+    if pool:
+        batch, maps, height, width = y.shape
+        rows, cols = height // pool, width // pool
+        y = y[:, :, :rows * pool, :cols * pool].reshape(batch, maps, rows, pool, cols, pool).max(axis=(3, 5))
+    return y
+
+
+def describe_exception(exc: BaseException) -> str:
+    """'TypeName: first line of the message', for one-line failure reports."""
+    message = str(exc).strip()
+    return f"{type(exc).__name__}: {message.splitlines()[0]}" if message else type(exc).__name__
+
+
+@dataclass
+class CallCheck:
+    """What one scrutinised call showed: its relative error and, when it is wrong, what is wrong."""
+    error: float
+    problem: Optional[str] = None
+
+
+def check_call(fn: Callable, x: torch.Tensor, ref: np.ndarray, tolerance: float) -> CallCheck:
+    """Call ``fn(x, out=poisoned)`` and ``fn(x)``; both must match ``ref`` and leave ``x`` unchanged.
+
+    With ``out`` given the function must write all of it and return that very tensor (the engine and
+    the benchmark rely on it); without, it must return a float32 tensor of the reference's shape on
+    ``x``'s device. An exception from the function is a failed check, not a crash of the harness.
+    """
+    original = x.clone()
+    worst = 0.0
+    for with_out in (True, False):
+        out = poisoned(ref.shape, x.device) if with_out else None
+        call = f"fn(x, out={'poisoned' if with_out else 'None'})"
+        try:
+            result = fn(x, out=out) if with_out else fn(x)
+        except Exception as exc:  # a broken kernel is a verification failure to report, not a crash
+            return CallCheck(float("inf"), f"{call} raised {describe_exception(exc)}")
+        if not torch.equal(x, original):
+            return CallCheck(float("inf"), f"{call} modified its input x")
+        if with_out and result is not out:
+            return CallCheck(float("inf"), f"{call} returned a different tensor instead of the out buffer")
+        if not isinstance(result, torch.Tensor):
+            return CallCheck(float("inf"), f"{call} returned {type(result).__name__}, not a tensor")
+        if result.dtype != torch.float32 or result.device != x.device:
+            return CallCheck(float("inf"), f"{call} returned {result.dtype} on {result.device}, "
+                                           f"not float32 on {x.device}")
+        if tuple(result.shape) != ref.shape:
+            return CallCheck(float("inf"), f"{call} returned shape {tuple(result.shape)}, expected {ref.shape}")
+        error = relative_error(result, ref)
+        if not error <= tolerance:
+            return CallCheck(error, f"{call}: relative error {error:.3g} > {tolerance:g}; "
+                                    f"{describe_mismatch(result, ref)}")
+        worst = max(worst, error)
+    return CallCheck(worst)
+
+
+def progress_bar(enabled: bool = True):
+    """The progress display verify and bench show on stderr while they run (stdout stays for results)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=Console(stderr=True), transient=True, disable=not enabled)
