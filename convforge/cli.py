@@ -50,6 +50,8 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--data-dir", help="folder holding the Fashion-MNIST IDX files")
     p.add_argument("--no-fuse", action="store_true", help="do not let a fusing kernel absorb activation and pool")
+    p.add_argument("--streams", type=int, default=0, metavar="N",
+                   help="also run end to end from host memory on N CUDA streams, and compare")
     _add_mxnet_options(p)
 
 
@@ -84,7 +86,12 @@ def _load_for_inference(args):
         raise UserError(f"--images must be between 1 and {data.SPLIT_SIZES['test']}, got {args.images}")
     from convforge import conv
     from convforge.engine import resolve_device
-    conv.resolve(args.impl, resolve_device(args.device))  # every option is checked before any output
+    device = resolve_device(args.device)
+    conv.resolve(args.impl, device)  # every option is checked before any output
+    if getattr(args, "streams", 0) and device != "cuda":
+        raise UserError("--streams overlaps host-to-device copies with GPU work: it needs --device cuda")
+    if getattr(args, "streams", 0) < 0:
+        raise UserError(f"--streams must be 1 or more, got {args.streams}")
     network = _load_network(args)
     # Load before announcing, so that a bad file or option leaves only the one error line.
     dataset = data.load("test", network.architecture.input_size, args.images, args.data_dir)
@@ -101,8 +108,14 @@ def cmd_infer(args) -> int:
     if not args.json:
         print("New Inference", flush=True)
     result = engine.run(dataset.images, dataset.labels)
+    streamed = engine.run_streamed(dataset.images, dataset.labels, args.streams) if args.streams else None
     if args.json:
-        print(json.dumps(result.as_dict(), indent=2))
+        record = result.as_dict()
+        if streamed:
+            record["end_to_end_s"] = {"without_streams": result.total_time_s, "with_streams": streamed.total_time_s,
+                                      "streams": args.streams, "same_predictions":
+                                      bool((streamed.predictions == result.predictions).all())}
+        print(json.dumps(record, indent=2))
         return 0
     for layer in result.layers:
         print(f"Op Time: {layer.op_time_s:.6f}")
@@ -114,6 +127,11 @@ def cmd_infer(args) -> int:
                  "op time", "GFLOP/s"), rows, justify_right=("op time", "GFLOP/s"))
     print(f"one-time preparation (not in Op Time): {result.prepare_time_s:.3f} s; "
           f"whole forward pass: {result.total_time_s:.3f} s")
+    if streamed:
+        same = "identical" if (streamed.predictions == result.predictions).all() else "DIFFERENT"
+        print(f"end to end from host memory: {result.total_time_s * 1e3:.3f} ms without streams, "
+              f"{streamed.total_time_s * 1e3:.3f} ms with {args.streams} streams "
+              f"(chunks of {streamed.extra['chunk']}; predictions {same})")
     return 0
 
 

@@ -159,16 +159,21 @@ class Engine:
                 return activation, pool.kernel, j - i
         return None
 
-    def forward(self, x: torch.Tensor, timings: Optional[list[LayerResult]] = None) -> torch.Tensor:
-        """Forward pass of one chunk already on the device; adds each conv call's time to its layer."""
+    def forward(self, x: torch.Tensor, timed: bool = True) -> torch.Tensor:
+        """Forward pass of one chunk already on the device; adds each conv call's time to its layer.
+
+        ``timed=False`` leaves out the per-layer synchronisation, so that work on several streams overlaps.
+        """
         for step in self.steps:
             with self._annotation(step):
                 if step.conv_fn is None:
                     x = apply_layer(step.layer, x, self.params, step.prefix)
-                    continue
-                with Stopwatch(self.device) as watch:
+                elif not timed:
                     x = step.conv_fn(x)
-                step.result.op_time_s += watch.seconds
+                else:
+                    with Stopwatch(self.device) as watch:
+                        x = step.conv_fn(x)
+                    step.result.op_time_s += watch.seconds
         return x
 
     def _annotation(self, step: _Step):
@@ -182,12 +187,22 @@ class Engine:
             stack.enter_context(torch.cuda.nvtx.range(label))
         return stack
 
-    def run(self, images: np.ndarray, labels: Optional[np.ndarray] = None) -> InferenceResult:
-        """Classify (N, S, S) uint8 images chunk by chunk; Op Time is summed over the chunks."""
+    def _check_images(self, images: np.ndarray) -> None:
         arch = self.network.architecture
         if images.ndim != 3 or images.shape[1:] != (arch.input_size, arch.input_size):
             raise UserError(f"{self.network.name} takes {arch.input_size}x{arch.input_size} images, "
                             f"got {images.shape[1:]}")
+
+    def _result(self, predictions, labels, total: float, **extra) -> InferenceResult:
+        correctness = float(np.mean(predictions == labels)) if labels is not None else float("nan")
+        return InferenceResult(model=self.network.name, images=len(predictions), impl=self.impl.name,
+                               device=self.device, correctness=correctness, predictions=predictions,
+                               layers=[s.result for s in self.steps if s.result is not None],
+                               prepare_time_s=self.prepare_time_s, total_time_s=total, extra=extra)
+
+    def run(self, images: np.ndarray, labels: Optional[np.ndarray] = None) -> InferenceResult:
+        """Classify (N, S, S) uint8 images chunk by chunk; Op Time is summed over the chunks."""
+        self._check_images(images)
         n = images.shape[0]
         for step in self.steps:
             if step.result is not None:
@@ -201,9 +216,36 @@ class Engine:
                 x = block.to(torch.float32).unsqueeze(1).contiguous()
                 logits = self.forward(x)
                 predictions[start:start + block.shape[0]] = logits.argmax(dim=1).cpu().numpy()
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+        return self._result(predictions, labels, time.perf_counter() - t0)
+
+    def run_streamed(self, images: np.ndarray, labels: Optional[np.ndarray] = None, streams: int = 4,
+                     chunk: Optional[int] = None) -> InferenceResult:
+        """End-to-end pass from host memory, overlapping copies with compute (the course's streams step).
+
+        The batch is cut into chunks taken round-robin by ``streams`` CUDA streams; each stream copies its
+        chunk from pinned host memory, runs the network and copies the predictions back, all
+        asynchronously, so one chunk's upload hides behind another's compute. Per-layer Op Time is not
+        measured here (that needs a synchronisation per layer, which would serialise the streams).
+        """
+        if self.device != "cuda":
+            raise UserError("streams overlap host-to-device copies with GPU compute: use --device cuda")
+        self._check_images(images)
+        n = images.shape[0]
+        chunk = min(chunk or self.chunk, max(1, -(-n // (2 * streams))))  # at least two chunks per stream
+        host = torch.from_numpy(np.ascontiguousarray(images)).pin_memory()
+        predictions = torch.empty(n, dtype=torch.int64).pin_memory()
+        pool = [torch.cuda.Stream() for _ in range(streams)]
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            for i, start in enumerate(range(0, n, chunk)):
+                stream = pool[i % streams]
+                with torch.cuda.stream(stream):
+                    block = host[start:start + chunk].to(self.device, non_blocking=True)
+                    logits = self.forward(block.to(torch.float32).unsqueeze(1), timed=False)
+                    predictions[start:start + block.shape[0]].copy_(logits.argmax(dim=1), non_blocking=True)
+        torch.cuda.synchronize()
         total = time.perf_counter() - t0
-        correctness = float(np.mean(predictions == labels)) if labels is not None else float("nan")
-        return InferenceResult(model=self.network.name, images=n, impl=self.impl.name, device=self.device,
-                               correctness=correctness, predictions=predictions,
-                               layers=[s.result for s in self.steps if s.result is not None],
-                               prepare_time_s=self.prepare_time_s, total_time_s=total)
+        return self._result(predictions.numpy().copy(), labels, total, streams=streams, chunk=chunk)
