@@ -78,7 +78,7 @@ def _load_network(args):
     return load_preset(args.model, args.weights)
 
 
-def _load_for_inference(args):
+def _load_for_inference(args, annotate: bool = False):
     """Load data and model as the course harness did, announcing each step unless --json."""
     from convforge import data
     say = (lambda *a, **k: None) if getattr(args, "json", False) else print
@@ -98,9 +98,16 @@ def _load_for_inference(args):
     say("Loading fashion-mnist data... done")
     say("Loading model...", end=" ", flush=True)
     from convforge.engine import Engine
-    engine = Engine(network, impl=args.impl, device=args.device, fuse=not args.no_fuse)
+    engine = Engine(network, impl=args.impl, device=args.device, fuse=not args.no_fuse, annotate=annotate)
     say("done")
     return dataset, engine
+
+
+def print_course_lines(result) -> None:
+    """The course harness's lines: one Op Time per conv layer, then Correctness."""
+    for layer in result.layers:
+        print(f"Op Time: {layer.op_time_s:.6f}")
+    print(f"Correctness: {round(result.correctness, 6)} Model: {result.model}")
 
 
 def cmd_infer(args) -> int:
@@ -117,9 +124,7 @@ def cmd_infer(args) -> int:
                                       bool((streamed.predictions == result.predictions).all())}
         print(json.dumps(record, indent=2))
         return 0
-    for layer in result.layers:
-        print(f"Op Time: {layer.op_time_s:.6f}")
-    print(f"Correctness: {round(result.correctness, 6)} Model: {result.model}")
+    print_course_lines(result)
     rows = [(layer.index, f"{s.B} {s.M} {s.C} {s.H} {s.W} {s.K}", layer.impl + (f" (+{layer.fused})" if layer.fused else ""),
              f"{layer.op_time_s * 1e3:.3f} ms", f"{layer.gflops:.1f}")
             for layer in result.layers for s in [layer.shape]]
