@@ -146,8 +146,7 @@ def cmd_models(args) -> int:
     if _wants_mxnet(args):
         from convforge import mxnet
         network = _load_network(args)
-        text = mxnet.describe(network)
-        print(json.dumps(text, indent=2) if args.json else text)
+        print(mxnet.describe(network, as_json=args.json))
         return 0
     from convforge.models import PRESETS, load_preset
     rows = []

@@ -257,10 +257,19 @@ class Network:
         os.close(fd)
         try:
             save_file(tensors, tmp, metadata=meta)
+            _readable_by_all(tmp)
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+
+
+def _readable_by_all(path) -> None:
+    """mkstemp makes 0600 files; give the final file the usual umask-derived mode."""
+    import os
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
 
 
 def read_safetensors(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:

@@ -14,15 +14,23 @@ import numpy as np
 import torch
 
 
-def conv2d_float64(x: np.ndarray, weight: np.ndarray, bias: Optional[np.ndarray] = None) -> np.ndarray:
+def conv2d_float64(x: np.ndarray, weight: np.ndarray, bias: Optional[np.ndarray] = None,
+                   block_bytes: int = 64 << 20) -> np.ndarray:
     """y[b,m,h,w] = sum_{c,p,q} x[b,c,h+p,w+q] * weight[m,c,p,q] (+ bias[m]), computed in float64."""
     x = np.asarray(x, dtype=np.float64)
     weight = np.asarray(weight, dtype=np.float64)
     maps, channels, kernel, _ = weight.shape
-    # (B, C, Ho, Wo, K, K) view: window [.., h, w, p, q] = x[.., h + p, w + q]
-    windows = np.lib.stride_tricks.sliding_window_view(x, (kernel, kernel), axis=(2, 3))
-    y = np.tensordot(windows, weight, axes=([1, 4, 5], [1, 2, 3]))  # (B, Ho, Wo, M)
-    y = np.ascontiguousarray(y.transpose(0, 3, 1, 2))
+    batch, _, height, width = x.shape
+    ho, wo = height - kernel + 1, width - kernel + 1
+    y = np.empty((batch, maps, ho, wo), dtype=np.float64)
+    # BLAS packs the im2col matrix (C*K*K values per output position): bound it by images per block.
+    per_image = 8 * ho * wo * channels * kernel * kernel
+    step = max(1, block_bytes // max(per_image, 1))
+    for start in range(0, batch, step):
+        # (b, C, Ho, Wo, K, K) view: window [.., h, w, p, q] = x[.., h + p, w + q]
+        windows = np.lib.stride_tricks.sliding_window_view(x[start:start + step], (kernel, kernel), axis=(2, 3))
+        block = np.tensordot(windows, weight, axes=([1, 4, 5], [1, 2, 3]))  # (b, Ho, Wo, M)
+        y[start:start + step] = block.transpose(0, 3, 1, 2)
     if bias is not None:
         y += np.asarray(bias, dtype=np.float64).reshape(1, -1, 1, 1)
     return y
