@@ -135,10 +135,10 @@ class Engine:
                 step.result = LayerResult(conv_index, shape, self.impl.name)
                 if fusion:
                     activation, pool, step.skip = fusion
-                    step.conv_fn = self.impl.prepare_fused(weight, bias, activation, pool)
+                    step.conv_fn = self.impl.prepare_fused(weight, bias, activation, pool, input_hw=shape_in[1:])
                     step.result.fused = (f"{activation}+" if activation else "") + f"maxpool{pool}"
                 else:
-                    step.conv_fn = self.impl.prepare(weight, bias)
+                    step.conv_fn = self.impl.prepare(weight, bias, input_hw=shape_in[1:])
             self.steps.append(step)
             i += 1 + step.skip
         if self.device == "cuda":

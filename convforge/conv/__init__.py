@@ -16,8 +16,10 @@ optimisation it reproduces, the bottleneck it expects) and provides:
         written completely and returned (the harness poisons it with NaN first); otherwise the
         function allocates its result.
 
-A module serving several registry entries that differ only in precision (e.g. TF32 and FP16 tensor
-cores) declares ``PRECISIONS = (...)`` and takes ``precision=`` in ``prepare``.
+Optional keywords, passed only to a ``prepare`` that declares them: ``precision=`` (a module serving
+several registry entries that differ only in precision, e.g. TF32 and FP16 tensor cores) and
+``input_hw=(H, W)`` (the layer's input size when known, for kernels that bake it in at compile time so
+that compiling stays out of Op Time; they must still accept any input size).
 
 Implementations with ``fuses=True`` also provide ``prepare_fused(weight, bias, activation, pool)``:
 a ConvFn returning activation(conv(x) + bias) max-pooled over pool x pool windows with stride pool,
@@ -30,6 +32,7 @@ To add an implementation: write its module, add one ``ConvImpl`` line to ``IMPLE
 from __future__ import annotations
 
 import importlib
+import inspect
 import importlib.util
 from dataclasses import dataclass
 from typing import Optional, Protocol
@@ -83,17 +86,17 @@ class ConvImpl:
         hook = getattr(self._module(), "unavailable_reason", None)
         return hook() if hook else None
 
-    def prepare(self, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> ConvFn:
+    def prepare(self, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
+                input_hw: Optional[tuple[int, int]] = None) -> ConvFn:
         module = self._module()
-        if getattr(module, "PRECISIONS", None):  # one module serving several precisions
-            return module.prepare(weight.contiguous(), bias, precision=self.precision)
-        return module.prepare(weight.contiguous(), bias)
+        return _call(module.prepare, weight.contiguous(), bias, precision=self.precision, input_hw=input_hw)
 
     def prepare_fused(self, weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Optional[str],
-                      pool: int) -> ConvFn:
+                      pool: int, input_hw: Optional[tuple[int, int]] = None) -> ConvFn:
         if not self.fuses:
             raise TypeError(f"{self.name} does not fuse activation and pooling")
-        return self._module().prepare_fused(weight.contiguous(), bias, activation, pool)
+        return _call(self._module().prepare_fused, weight.contiguous(), bias, activation, pool,
+                     precision=self.precision, input_hw=input_hw)
 
     @property
     def header(self) -> str:
@@ -104,6 +107,12 @@ class ConvImpl:
         import ast
         with open(spec.origin, encoding="utf-8") as handle:
             return ast.get_docstring(ast.parse(handle.read())) or ""
+
+
+def _call(function, *args, **optional):
+    """Call a module's prepare with the optional keywords it declares (precision, input_hw)."""
+    accepted = inspect.signature(function).parameters
+    return function(*args, **{k: v for k, v in optional.items() if k in accepted})
 
 
 _NUMBA = "pip install numba"

@@ -1,0 +1,234 @@
+// cuda-tc-tf32 / cuda-tc-fp16: implicit GEMM on the tensor cores (warp-level mma.sync), fp32 accumulate.
+//
+// GEMM per image: D (positions x maps) = A (positions x C*K*K) * B (C*K*K x maps). Output positions are
+// the GEMM's M dimension (16-row mma tiles), maps its N (8-column tiles; M padded to 8), the reduction
+// C*K*K is padded to the instruction's k (8 for TF32: m16n8k8; 16 for FP16: m16n8k16) with zero weights.
+// A is never formed: each lane gathers its fragment elements straight from the image (staged in shared
+// memory): element (pos, k) = x[rowbase(pos) + koff(k)], rowbase = h*W + w, koff = c*H*W + p*W + q
+// (a per-block table in shared memory). B is packed on the host in fragment order (lane-major, so a
+// lane's two registers are one 8-byte load) and staged once per block. Fragments follow the PTX ISA
+// layouts (groupID = lane/4, tig = lane%4):
+//   m16n8k8 tf32: a0 (g, t) a1 (g+8, t) a2 (g, t+4) a3 (g+8, t+4); b0 (k t, n g) b1 (k t+4, n g)
+//   m16n8k16 f16: a0 (g, 2t..2t+1) a1 (g+8, 2t..) a2 (g, 2t+8..) a3 (g+8, 2t+8..); b0 (k 2t.., n g)
+//                 b1 (k 2t+8.., n g); each register two halves, the lower k in the lower half
+//   c0 (g, 2t) c1 (g, 2t+1) c2 (g+8, 2t) c3 (g+8, 2t+1)
+// A warp owns CF_RM 16-row tiles x all map tiles; blocks loop over images (persistent grid).
+// Inline PTX only, no headers: NVRTC needs no CUDA include path. Declared reduced precision: TF32 keeps
+// 10 mantissa bits (weights rounded to nearest on staging; inputs too with CF_TF32_ROUND=1, else the
+// hardware truncates them),
+// FP16 11; products are exact and accumulate in fp32.
+// Constants: CF_M CF_C CF_H CF_W CF_K, CF_PREC (0 tf32, 1 fp16), CF_RM, CF_NT, CF_XSMEM, CF_BSMEM,
+// CF_TF32_ROUND.
+
+#ifndef CF_PREC
+#define CF_PREC 0
+#endif
+#ifndef CF_RM
+#define CF_RM 2
+#endif
+#ifndef CF_NT
+#define CF_NT 256
+#endif
+#ifndef CF_XSMEM
+#define CF_XSMEM 1
+#endif
+#ifndef CF_BSMEM
+#define CF_BSMEM 1
+#endif
+#ifndef CF_TF32_ROUND
+#define CF_TF32_ROUND 1
+#endif
+
+namespace {
+
+constexpr int M = CF_M, C = CF_C, H = CF_H, W = CF_W, K = CF_K, RM = CF_RM, NT = CF_NT;
+constexpr int HO = H - K + 1, WO = W - K + 1, P = HO * WO;
+constexpr int KR = C * K * K;                          // reduction length
+constexpr int KSTEP = CF_PREC ? 16 : 8;                // the instruction's k
+constexpr int KS = (KR + KSTEP - 1) / KSTEP;           // k steps
+constexpr int KP = KS * KSTEP;                         // padded reduction length
+constexpr int NTL = (M + 7) / 8;                       // 8-map tiles
+constexpr int IMG = C * H * W;
+constexpr int XS_FLOATS = CF_XSMEM ? (IMG + 3) / 4 * 4 : 0;
+constexpr int BS_WORDS = CF_BSMEM ? KS * NTL * 64 : 0;   // two 32-bit registers per lane per (k step, map tile)
+constexpr int PT = (P + 16 * RM - 1) / (16 * RM);      // position tiles per image
+constexpr int NWARPS = NT / 32;
+static_assert(NT % 32 == 0, "CF_NT must be a multiple of 32");
+
+// fp32 -> tf32, rounding to nearest (ties away) when `round`, else left for the hardware to truncate.
+__device__ __forceinline__ unsigned to_tf32(float v, bool round)
+{
+#if defined(__CUDA_ARCH__)
+    if (!round) return __float_as_uint(v);
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
+    return r;
+#elif defined(CF_HOST_EMULATION)
+    return cf_emu_to_tf32(v, round);
+#else
+    return 0u;
+#endif
+}
+
+// the byte offset `off` from `base` (offsets are kept in bytes so a gather is one add and one load)
+__device__ __forceinline__ float at(const float* base, int off)
+{
+    return *reinterpret_cast<const float*>(reinterpret_cast<const char*>(base) + off);
+}
+
+__device__ __forceinline__ unsigned pack_half2(float lo, float hi)
+{
+#if defined(__CUDA_ARCH__)
+    unsigned r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));   // a -> upper half, b -> lower
+    return r;
+#elif defined(CF_HOST_EMULATION)
+    return cf_emu_pack_half2(lo, hi);
+#else
+    return 0u;
+#endif
+}
+
+__device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1)
+{
+#if defined(__CUDA_ARCH__)
+#if CF_PREC == 0
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+#elif defined(CF_HOST_EMULATION)
+    cf_emu_mma(d, a, b0, b1, CF_PREC);
+#endif
+}
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(CF_NT)
+conv_tc(float* __restrict__ y, const float* __restrict__ x, const unsigned* __restrict__ bfrag,
+        const float* __restrict__ bias, int B)
+{
+    extern __shared__ float4 smem4[];
+    float* const xs = reinterpret_cast<float*>(smem4);
+    unsigned* const bs = reinterpret_cast<unsigned*>(xs + XS_FLOATS);
+    int* const koff = reinterpret_cast<int*>(bs + BS_WORDS);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int gid = lane >> 2, tig = lane & 3;
+
+#if defined(__CUDA_ARCH__)
+    if (tid == 0) {  // the host computes the same size; a mismatch would read past shared memory
+        unsigned dyn;
+        asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+        if (dyn < 4u * (XS_FLOATS + BS_WORDS + KP)) __trap();
+    }
+#endif
+    // per block, once: the k -> input byte offset table (padded k points at element 0; its weight is zero)
+    for (int k = tid; k < KP; k += NT) {
+        const int c = k / (K * K), r = k - c * (K * K), p = r / K, q = r - p * K;
+        koff[k] = k < KR ? 4 * ((c * H + p) * W + q) : 0;     // bytes
+    }
+    if constexpr (CF_BSMEM) {
+        for (int i = tid; i < BS_WORDS; i += NT) {
+            const unsigned v = __ldg(bfrag + i);
+            bs[i] = CF_PREC ? v : to_tf32(__uint_as_float(v), true);
+        }
+    }
+    __syncthreads();
+
+    for (long long b = blockIdx.x; b < B; b += gridDim.x) {
+        const float* const xb = x + b * (long long)IMG;
+        if constexpr (CF_XSMEM) {
+            __syncthreads();                                   // the previous image is done with xs
+            if constexpr (IMG % 4 == 0) {
+                const float4* src = reinterpret_cast<const float4*>(xb);   // 16-byte aligned: IMG % 4 == 0
+                for (int i = tid; i < IMG / 4; i += NT) smem4[i] = __ldg(src + i);
+            } else {
+                for (int i = tid; i < IMG; i += NT) xs[i] = __ldg(xb + i);
+            }
+            __syncthreads();
+        }
+        const float* const src = CF_XSMEM ? xs : xb;
+
+        for (int tile = warp; tile < PT; tile += NWARPS) {
+            int rb0[RM], rb1[RM];                               // row bases (bytes) of this lane's rows g, g+8
+#pragma unroll
+            for (int i = 0; i < RM; ++i) {
+                const int p0 = (tile * RM + i) * 16 + gid, p1 = p0 + 8;
+                rb0[i] = p0 < P ? 4 * ((p0 / WO) * W + p0 % WO) : 0;   // bytes
+                rb1[i] = p1 < P ? 4 * ((p1 / WO) * W + p1 % WO) : 0;
+            }
+            float acc[RM][NTL][4];
+#pragma unroll
+            for (int i = 0; i < RM; ++i)
+#pragma unroll
+                for (int n = 0; n < NTL; ++n)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) acc[i][n][e] = 0.0f;
+
+#pragma unroll 2
+            for (int ks = 0; ks < KS; ++ks) {
+                unsigned a[RM][4];
+#if CF_PREC == 0
+                const int k0 = koff[ks * 8 + tig], k1 = koff[ks * 8 + tig + 4];
+#pragma unroll
+                for (int i = 0; i < RM; ++i) {
+                    a[i][0] = to_tf32(at(src, rb0[i] + k0), CF_TF32_ROUND);
+                    a[i][1] = to_tf32(at(src, rb1[i] + k0), CF_TF32_ROUND);
+                    a[i][2] = to_tf32(at(src, rb0[i] + k1), CF_TF32_ROUND);
+                    a[i][3] = to_tf32(at(src, rb1[i] + k1), CF_TF32_ROUND);
+                }
+#else
+                const int k0 = koff[ks * 16 + 2 * tig], k1 = koff[ks * 16 + 2 * tig + 1];
+                const int k2 = koff[ks * 16 + 2 * tig + 8], k3 = koff[ks * 16 + 2 * tig + 9];
+#pragma unroll
+                for (int i = 0; i < RM; ++i) {
+                    a[i][0] = pack_half2(at(src, rb0[i] + k0), at(src, rb0[i] + k1));
+                    a[i][1] = pack_half2(at(src, rb1[i] + k0), at(src, rb1[i] + k1));
+                    a[i][2] = pack_half2(at(src, rb0[i] + k2), at(src, rb0[i] + k3));
+                    a[i][3] = pack_half2(at(src, rb1[i] + k2), at(src, rb1[i] + k3));
+                }
+#endif
+#pragma unroll
+                for (int n = 0; n < NTL; ++n) {
+                    unsigned b0, b1;
+                    const int idx = ((ks * NTL + n) * 32 + lane) * 2;
+                    if constexpr (CF_BSMEM) {
+                        const uint2 v = *reinterpret_cast<const uint2*>(bs + idx);
+                        b0 = v.x; b1 = v.y;
+                    } else {
+                        const uint2 v = __ldg(reinterpret_cast<const uint2*>(bfrag + idx));
+                        b0 = CF_PREC ? v.x : to_tf32(__uint_as_float(v.x), true);
+                        b1 = CF_PREC ? v.y : to_tf32(__uint_as_float(v.y), true);
+                    }
+#pragma unroll
+                    for (int i = 0; i < RM; ++i) mma(acc[i][n], a[i], b0, b1);
+                }
+            }
+
+            // epilogue: c0 (g, 2t) c1 (g, 2t+1) c2 (g+8, 2t) c3 (g+8, 2t+1), + bias
+#pragma unroll
+            for (int i = 0; i < RM; ++i) {
+                const int p0 = (tile * RM + i) * 16 + gid, p1 = p0 + 8;
+#pragma unroll
+                for (int n = 0; n < NTL; ++n) {
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const int m = n * 8 + 2 * tig + e;
+                        if (m < M) {
+                            const float bm = bias ? __ldg(bias + m) : 0.0f;
+                            float* ym = y + (b * M + m) * (long long)P;
+                            if (p0 < P) ym[p0] = acc[i][n][e] + bm;
+                            if (p1 < P) ym[p1] = acc[i][n][2 + e] + bm;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,113 @@
+"""cuda-auto: per layer shape, the fastest exact CUDA kernel according to bench results kept in the repo.
+
+Technique: no kernel of its own. ``convforge/tuning/cuda_auto.json`` lists measured winners, one entry per
+(shape, pool); cuda-auto looks the layer up when it first sees the input size and delegates to that
+implementation with the recorded launch shape. With no entry it runs cuda-fused-gemm (plain calls) or
+cuda-fused-layer (fused calls) with their modelled default launch shapes. Only exact (fp32) kernels are
+eligible. Entry schema (``shape`` fields as ConvShape, B ignored; ``pool`` 1 for a plain conv)::
+
+    {"M": 24, "C": 12, "H": 33, "W": 33, "K": 7, "pool": 1, "impl": "cuda-fused-gemm",
+     "config": {"tm": 12, "ht": 1, "wt": 4, "nt": 384}, "median_ms": 5.1, "device": "NVIDIA H200"}
+
+Course step: the course's "choose the kernel per layer" optimisation (different kernels for the two layers).
+Bottleneck: whichever kernel it picks.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from convforge.conv import cuda_common as cc
+
+TUNING_FILE = Path(__file__).resolve().parents[1] / "tuning" / "cuda_auto.json"
+ELIGIBLE = {  # exact CUDA implementations and the module serving each
+    "cuda-naive": "cuda_naive", "cuda-tiled": "cuda_tiled", "cuda-constmem": "cuda_constmem",
+    "cuda-unroll-gemm": "cuda_unroll_gemm", "cuda-fused-gemm": "cuda_fused_gemm",
+    "cuda-fused-layer": "cuda_fused_layer",
+}
+FUSING = {"cuda-fused-layer"}
+DEFAULT_PLAIN, DEFAULT_FUSED = "cuda-fused-gemm", "cuda-fused-layer"
+unavailable_reason = cc.unavailable_reason
+
+
+@lru_cache(maxsize=None)
+def _table(path: str = str(TUNING_FILE)) -> dict:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    table = {}
+    for entry in data.get("entries", []):
+        impl = entry.get("impl")
+        key = tuple(int(entry[k]) for k in ("M", "C", "H", "W", "K")) + (int(entry.get("pool", 1)),)
+        if impl not in ELIGIBLE or (key[-1] > 1 and impl not in FUSING):
+            continue  # a reduced-precision or non-fusing winner cannot serve this call
+        table[key] = entry
+    return table
+
+
+def choose(M: int, C: int, H: int, W: int, K: int, pool: int = 1) -> tuple[str, Optional[dict]]:
+    """(implementation, launch config or None) for one layer shape; pool 1 for a plain convolution."""
+    entry = _table().get((M, C, H, W, K, pool))
+    if entry is None:
+        return (DEFAULT_FUSED if pool > 1 else DEFAULT_PLAIN), None
+    return entry["impl"], entry.get("config")
+
+
+def _module(impl: str):
+    import importlib
+    return importlib.import_module(f"convforge.conv.{ELIGIBLE[impl]}")
+
+
+def _delegate(impl: str, config, weight, bias, hw, activation=None, pool: int = 1):
+    module = _module(impl)
+    if pool > 1 or activation is not None:
+        fn = module.prepare_fused
+        kwargs = {"input_hw": hw}
+        if config is not None and "config" in inspect.signature(fn).parameters:
+            kwargs["config"] = config
+        return fn(weight, bias, activation, pool, **kwargs)
+    fn = module.prepare
+    kwargs = {"input_hw": hw} if "input_hw" in inspect.signature(fn).parameters else {}
+    if config is not None and "config" in inspect.signature(fn).parameters:
+        kwargs["config"] = config
+    return fn(weight, bias, **kwargs)
+
+
+def _lazy(weight, bias, input_hw, activation=None, pool: int = 1):
+    weight, bias = cc.check_weight(weight, bias)
+    M, C, K, _ = weight.shape
+    chosen: dict = {}
+
+    def fn_for(h: int, w: int):
+        if (h, w) not in chosen:
+            impl, config = choose(M, C, h, w, K, pool)
+            if pool == 1 and activation is not None:
+                impl = DEFAULT_FUSED if impl not in FUSING else impl
+            chosen[(h, w)] = _delegate(impl, config, weight, bias, (h, w), activation, pool)
+        return chosen[(h, w)]
+
+    if input_hw is not None:
+        fn_for(*input_hw)
+
+    def run(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+        x = cc.check_input(x, weight)
+        return fn_for(x.shape[2], x.shape[3])(x, out)
+
+    run.choice = lambda h, w: choose(M, C, h, w, K, pool)
+    return run
+
+
+def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, input_hw=None):
+    return _lazy(weight, bias, input_hw)
+
+
+def prepare_fused(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Optional[str], pool: int,
+                  input_hw=None):
+    return _lazy(weight, bias, input_hw, activation, int(pool))

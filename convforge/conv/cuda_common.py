@@ -1,0 +1,327 @@
+"""Shared launcher for the CUDA C kernels in ``convforge/conv/cuda/`` (compiled at run time by NVRTC via CuPy).
+
+Not an implementation itself: the ``cuda_*`` modules describe what to compile as ``KernelSpec``s (a ``.cu``
+file and its compile-time constants) and launch through ``Kernel``. Everything that touches CuPy is
+imported lazily, so the kernel modules import (and report themselves unavailable) without it.
+
+- ``KernelSpec.options()`` is the one place compile options are made: ``-std=c++17`` plus one
+  ``-DNAME=value`` per constant. CuPy adds ``-arch=sm_XY`` for the current device (and ``-ftz=true``);
+  the CI test compiles the same sources with ``nvcc -arch=sm_90`` and these same options.
+- ``kernel(spec, name)`` compiles once per (source text, constants) and process: CuPy keeps the module
+  in memory and the cubin on disk (``~/.cupy/kernel_cache``), so a later process skips NVRTC.
+- ``Kernel.__call__`` launches on PyTorch's current stream of the tensor's device, so kernels order
+  with the surrounding torch work without synchronising. Launch-configuration errors raise at once;
+  with ``CONVFORGE_CUDA_SYNC=1`` every launch is followed by a stream synchronise, so an illegal address
+  is reported at the kernel that caused it.
+- Pointers are passed as ``numpy.uint64`` of ``tensor.data_ptr()`` and every scalar as ``numpy.int32``
+  (a bare Python int would go to the kernel as 8 bytes): no copies, no CuPy arrays.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Optional, Sequence
+
+import numpy as np
+import torch
+
+KERNEL_DIR = Path(__file__).resolve().parent / "cuda"
+BASE_OPTIONS = ("-std=c++17",)
+SYNC_ENV = "CONVFORGE_CUDA_SYNC"
+INT32_MAX = 2**31 - 1
+DEVICE_TYPE = "cuda"   # the host emulation (cuda_emulate) sets "cpu"
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """What to compile: a source file under ``cuda/`` and its compile-time constants (name -> int)."""
+    source: str
+    constants: tuple[tuple[str, int], ...] = ()
+
+    @staticmethod
+    def of(source: str, **constants: int) -> "KernelSpec":
+        return KernelSpec(source, tuple(sorted((k, int(v)) for k, v in constants.items())))
+
+    def options(self) -> tuple[str, ...]:
+        return BASE_OPTIONS + tuple(f"-D{name}={value}" for name, value in self.constants)
+
+    @property
+    def path(self) -> Path:
+        return KERNEL_DIR / self.source
+
+    def constant(self, name: str) -> int:
+        return dict(self.constants)[name]
+
+
+def load_source(name: str) -> str:
+    return (KERNEL_DIR / name).read_text(encoding="utf-8")
+
+
+def sources() -> list[Path]:
+    """Every kernel source file (what the CI compile test must cover)."""
+    return sorted(KERNEL_DIR.glob("*.cu"))
+
+
+# -- CuPy, lazily ----------------------------------------------------------------------------------
+
+def cupy():
+    import cupy as cp  # the optional extra; imported only once a CUDA implementation is prepared
+    return cp
+
+
+_modules: dict = {}
+_lock = threading.Lock()
+
+
+def module(spec: KernelSpec):
+    """The compiled module of ``spec`` (one per process and spec; NVRTC runs only on a disk-cache miss)."""
+    key = (spec.source, spec.constants)
+    with _lock:
+        mod = _modules.get(key)
+        if mod is None:
+            cp = cupy()
+            mod = cp.RawModule(code=load_source(spec.source), options=spec.options())
+            _modules[key] = mod
+    return mod
+
+
+class _TorchStream:
+    """A torch stream handle as the CUDA stream protocol (``__cuda_stream__``) that CuPy 14 accepts."""
+
+    def __init__(self, handle: int):
+        self.handle = handle
+
+    def __cuda_stream__(self):
+        return (0, self.handle)
+
+
+_streams: dict = {}
+
+
+def _cupy_stream(device: torch.device):
+    """CuPy's view of PyTorch's current stream on ``device`` (cached per raw handle)."""
+    handle = torch.cuda.current_stream(device).cuda_stream
+    stream = _streams.get(handle)
+    if stream is None:
+        cp = cupy()
+        if handle == 0:
+            stream = cp.cuda.Stream.null          # torch's legacy default stream
+        elif hasattr(cp.cuda.Stream, "from_external"):
+            stream = cp.cuda.Stream.from_external(_TorchStream(handle))
+        else:  # CuPy < 14
+            stream = cp.cuda.ExternalStream(handle, device.index if device.index is not None else -1)
+        _streams[handle] = stream
+    return stream
+
+
+def stream_handle(device: torch.device) -> int:
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    index: int
+    sm_count: int
+    smem_per_block_optin: int   # bytes a block may use after raising its dynamic limit
+    smem_per_sm: int
+    compute_capability: str
+
+
+_device_info: dict = {}
+
+
+def device_info(device: torch.device) -> DeviceInfo:
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    info = _device_info.get(index)
+    if info is None:
+        cp = cupy()
+        rt = cp.cuda.runtime
+        with cp.cuda.Device(index) as dev:
+            info = DeviceInfo(index, rt.deviceGetAttribute(rt.cudaDevAttrMultiProcessorCount, index),
+                              rt.deviceGetAttribute(rt.cudaDevAttrMaxSharedMemoryPerBlockOptin, index),
+                              rt.deviceGetAttribute(rt.cudaDevAttrMaxSharedMemoryPerMultiprocessor, index),
+                              dev.compute_capability)
+        _device_info[index] = info
+    return info
+
+
+_NO_CONTEXT = contextlib.nullcontext()
+
+
+class Kernel:
+    """One ``extern "C"`` kernel of a compiled spec, launched on PyTorch's current stream."""
+
+    def __init__(self, spec: KernelSpec, name: str, device: torch.device):
+        self.spec, self.name, self.device = spec, name, device
+        cp = cupy()
+        with cp.cuda.Device(device.index):
+            self.raw = module(spec).get_function(name)
+            self.raw.compile()
+        self._smem_limit = 48 * 1024
+
+    def allow_shared(self, nbytes: int) -> None:
+        """Raise the kernel's dynamic shared-memory limit (needed above 48 KB)."""
+        if nbytes > self._smem_limit:
+            cp = cupy()
+            with cp.cuda.Device(self.device.index):
+                self.raw.max_dynamic_shared_size_bytes = int(nbytes)
+            self._smem_limit = int(nbytes)
+
+    def blocks_per_sm(self, block: int, smem: int) -> int:
+        """Resident blocks per multiprocessor for this block size and dynamic shared memory (occupancy API)."""
+        cp = cupy()
+        self.allow_shared(smem)
+        with cp.cuda.Device(self.device.index):
+            return int(cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(self.raw.kernel.ptr, block, smem))
+
+    @property
+    def registers(self) -> int:
+        return int(self.raw.num_regs)
+
+    def __call__(self, grid: Sequence[int], block: Sequence[int], args: Iterable, shared_mem: int = 0) -> None:
+        grid, block = tuple(int(g) for g in grid), tuple(int(b) for b in block)
+        if min(grid) <= 0:
+            return  # nothing to do (an empty batch)
+        if grid[0] > INT32_MAX or any(g > 65535 for g in grid[1:]):
+            raise ValueError(f"{self.name}: grid {grid} exceeds the CUDA limits")
+        cp = cupy()
+        self.allow_shared(shared_mem)
+        switch = cp.cuda.runtime.getDevice() != self.device.index
+        with (cp.cuda.Device(self.device.index) if switch else _NO_CONTEXT):
+            stream = _cupy_stream(self.device)
+            with stream:
+                self.raw(grid, block, tuple(args), shared_mem=int(shared_mem))
+            if os.environ.get(SYNC_ENV, "") not in ("", "0"):
+                stream.synchronize()  # raises here, at the kernel that faulted
+
+
+_kernels: dict = {}
+
+
+def kernel(spec: KernelSpec, name: str, device: torch.device) -> Kernel:
+    key = (spec, name, device.index)
+    k = _kernels.get(key)
+    if k is None:
+        k = _kernels[key] = Kernel(spec, name, device)
+    return k
+
+
+def global_ptr(spec: KernelSpec, name: str, device: torch.device) -> int:
+    """Device address of a ``__device__`` / ``__constant__`` symbol of the spec's module on ``device``."""
+    cp = cupy()
+    with cp.cuda.Device(device.index):
+        return int(module(spec).get_global(name).ptr)
+
+
+def synchronize(device: torch.device) -> None:
+    torch.cuda.synchronize(device)
+
+
+def copy_async(dst: int, src: int, nbytes: int, device: torch.device) -> None:
+    """Device-to-device copy on PyTorch's current stream (e.g. into a ``__constant__`` symbol)."""
+    cp = cupy()
+    with cp.cuda.Device(device.index):
+        cp.cuda.runtime.memcpyAsync(int(dst), int(src), int(nbytes), cp.cuda.runtime.memcpyDeviceToDevice,
+                                    stream_handle(device))
+
+
+# -- arguments ---------------------------------------------------------------------------------------
+
+def ptr(t: Optional[torch.Tensor]) -> np.uint64:
+    """A device pointer argument (0 for None)."""
+    return np.uint64(0 if t is None else t.data_ptr())
+
+
+def i32(v: int) -> np.int32:
+    v = int(v)
+    if not -2**31 <= v <= INT32_MAX:
+        raise ValueError(f"{v} does not fit a 32-bit kernel argument")
+    return np.int32(v)
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+# -- the ConvFn contract -----------------------------------------------------------------------------
+
+def check_weight(weight: torch.Tensor, bias: Optional[torch.Tensor]) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Float32, contiguous weight (M, C, K, K) and bias (M,) on one CUDA device."""
+    if weight.dim() != 4 or weight.shape[2] != weight.shape[3]:
+        raise ValueError(f"weight must be (M, C, K, K), got {tuple(weight.shape)}")
+    if weight.device.type != DEVICE_TYPE:
+        raise ValueError(f"weight must be on a {DEVICE_TYPE} device, got {weight.device}")
+    weight = weight.detach().to(torch.float32).contiguous()
+    if bias is not None:
+        if tuple(bias.shape) != (weight.shape[0],):
+            raise ValueError(f"bias must be ({weight.shape[0]},), got {tuple(bias.shape)}")
+        bias = bias.detach().to(device=weight.device, dtype=torch.float32).contiguous()
+    return weight, bias
+
+
+def check_input(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    if x.dim() != 4:
+        raise ValueError(f"input must be (B, C, H, W), got {tuple(x.shape)}")
+    if x.dtype != torch.float32:
+        raise TypeError(f"input must be float32, got {x.dtype}")
+    if x.device != weight.device:
+        raise ValueError(f"input is on {x.device}, weights on {weight.device}")
+    _, c, h, w = x.shape
+    m, wc, k, _ = weight.shape
+    if c != wc:
+        raise ValueError(f"input has {c} channels, weights expect {wc}")
+    if h < k or w < k:
+        raise ValueError(f"input {h}x{w} is smaller than the {k}x{k} kernel")
+    return x.contiguous()
+
+
+def output(out: Optional[torch.Tensor], shape: tuple[int, ...],
+           like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(buffer the kernel writes, tensor to return): ``out`` itself when it is a contiguous float32 buffer."""
+    if out is None:
+        y = torch.empty(shape, dtype=torch.float32, device=like.device)
+        return y, y
+    if tuple(out.shape) != tuple(shape) or out.dtype != torch.float32 or out.device != like.device:
+        raise ValueError(f"out must be float32 {tuple(shape)} on {like.device}, got {out.dtype} "
+                         f"{tuple(out.shape)} on {out.device}")
+    if out.is_contiguous():
+        return out, out
+    return torch.empty(shape, dtype=torch.float32, device=like.device), out
+
+
+def finish(y: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
+    if y is not result:
+        result.copy_(y)
+    return result
+
+
+def conv_out_shape(x: torch.Tensor, weight: torch.Tensor) -> tuple[int, int, int, int]:
+    b, _, h, w = x.shape
+    m, _, k, _ = weight.shape
+    return b, m, h - k + 1, w - k + 1
+
+
+ACTIVATION_CODES = {None: 0, "none": 0, "tanh": 1, "relu": 2, "sigmoid": 3}
+
+
+def activation_code(activation: Optional[str]) -> int:
+    try:
+        return ACTIVATION_CODES[activation]
+    except KeyError:
+        raise ValueError(f"unknown activation {activation!r}; choose tanh, relu, sigmoid or None") from None
+
+
+def unavailable_reason() -> Optional[str]:
+    """Checks beyond the registry's (GPU visible, cupy importable): CuPy must reach NVRTC."""
+    try:
+        cp = cupy()
+        cp.cuda.nvrtc.getVersion()
+    except Exception as exc:  # a CuPy wheel for another CUDA major, or NVRTC missing
+        detail = str(exc).splitlines()[0] if str(exc) else ""
+        return (f"CuPy cannot run NVRTC here ({type(exc).__name__}: {detail}); "
+                "install the CuPy wheel matching the CUDA driver, e.g. pip install cupy-cuda13x")
+    return None

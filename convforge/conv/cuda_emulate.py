@@ -1,0 +1,137 @@
+"""Run the CUDA C kernels on the CPU, for checking them where there is no GPU (tests, CI).
+
+Not an implementation: ``emulated()`` is a context manager under which the ``cuda_*`` modules' prepare()
+accepts CPU tensors and launches their kernels through ``cuda/host_emulation.h`` compiled with g++ (one
+OS thread per CUDA thread, blocks in sequence, mma.sync emulated per warp). The Python side (planning,
+weight packing, chunking, grids, arguments) is the real code; only ``cuda_common``'s device calls are
+swapped. It checks indexing, bounds, barriers and every output being written, at a tiny fraction of GPU
+speed (keep shapes small); it says nothing about performance and cannot check the mma fragment layouts
+themselves (the emulation implements the layouts the kernel comments state).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from convforge.conv import cuda_common as cc
+
+SHIM = cc.KERNEL_DIR / "host_emulation.h"
+_KERNEL_RE = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s*)?(\w+)\s*\(')
+
+
+def compiler() -> Optional[str]:
+    return shutil.which(os.environ.get("CXX", "g++"))
+
+
+def kernel_names(source: str) -> list[str]:
+    return _KERNEL_RE.findall(source)
+
+
+def translate(source: str) -> str:
+    """CUDA source -> host C++: dynamic shared arrays become pointers into the block's buffer."""
+    source = re.sub(r"extern\s+__shared__\s+(\w+)\s+(\w+)\s*\[\s*\]\s*;",
+                    r"\1* const \2 = reinterpret_cast<\1*>(cf::dyn_smem());", source)
+    return re.sub(r"\b__shared__\s+", "static ", source)
+
+
+class _Library:
+    def __init__(self, spec: cc.KernelSpec, build_dir: Path):
+        source = cc.load_source(spec.source)
+        names = kernel_names(source)
+        launchers = "\n".join(
+            f'extern "C" int cf_launch_{n}(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, '
+            f'unsigned bz, unsigned long smem, void** args) '
+            f'{{ return cf::launch({n}, dim3(gx, gy, gz), dim3(bx, by, bz), smem, args); }}' for n in names)
+        text = f'#include "{SHIM}"\n#line 1 "{spec.source}"\n{translate(source)}\n{launchers}\n'
+        key = hashlib.sha256((text + repr(spec.options())).encode()).hexdigest()[:16]
+        lib = build_dir / f"{Path(spec.source).stem}-{key}.so"
+        if not lib.exists():
+            src = build_dir / f"{Path(spec.source).stem}-{key}.cpp"
+            src.write_text(text, encoding="utf-8")
+            defines = [o for o in spec.options() if o.startswith("-D")]
+            cmd = [compiler(), "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w", *defines,
+                   "-o", str(lib), str(src)]
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            if done.returncode:
+                raise RuntimeError(f"host build of {spec.source} failed:\n{done.stderr[-4000:]}")
+        self.lib = ctypes.CDLL(str(lib))
+        self.names = names
+
+
+class EmuKernel:
+    def __init__(self, library: _Library, name: str):
+        self.fn = getattr(library.lib, f"cf_launch_{name}")
+        self.fn.restype = ctypes.c_int
+        self.name = name
+        self.registers = 0
+
+    def allow_shared(self, nbytes: int) -> None:
+        pass
+
+    def blocks_per_sm(self, block: int, smem: int) -> int:
+        return 1
+
+    def __call__(self, grid, block, args, shared_mem: int = 0) -> None:
+        grid = tuple(int(g) for g in grid) + (1,) * (3 - len(grid))
+        block = tuple(int(b) for b in block) + (1,) * (3 - len(block))
+        if min(grid) <= 0:
+            return
+        holders = []
+        for a in args:
+            if isinstance(a, np.uint64):
+                holders.append(ctypes.c_uint64(int(a)))
+            elif isinstance(a, np.int32):
+                holders.append(ctypes.c_int32(int(a)))
+            else:
+                raise TypeError(f"{self.name}: argument {a!r} is not numpy.uint64 / numpy.int32")
+        argv = (ctypes.c_void_p * len(holders))(*[ctypes.addressof(h) for h in holders])
+        self.fn(*[ctypes.c_uint(v) for v in grid + block], ctypes.c_ulong(int(shared_mem)), argv)
+
+
+@contextlib.contextmanager
+def emulated(sm_count: int = 2, smem_optin: int = 227 * 1024):
+    """Swap cuda_common's device layer for the host emulation; CPU tensors stand in for device tensors."""
+    if compiler() is None:
+        raise RuntimeError("no C++ compiler (g++) for the host emulation")
+    build_dir = Path(tempfile.mkdtemp(prefix="convforge-emu-"))
+    libraries: dict = {}
+
+    def library(spec):
+        if spec not in libraries:
+            libraries[spec] = _Library(spec, build_dir)
+        return libraries[spec]
+
+    def kernel(spec, name, device):
+        return EmuKernel(library(spec), name)
+
+    def global_ptr(spec, name, device):
+        return ctypes.addressof(ctypes.c_float.in_dll(library(spec).lib, name))
+
+    def copy_async(dst, src, nbytes, device):
+        ctypes.memmove(int(dst), int(src), int(nbytes))
+
+    def device_info(device):
+        return cc.DeviceInfo(0, sm_count, smem_optin, smem_optin + 1024, "90")
+
+    saved = {name: getattr(cc, name) for name in ("kernel", "global_ptr", "copy_async", "device_info",
+                                                   "synchronize", "DEVICE_TYPE")}
+    cc.kernel, cc.global_ptr, cc.copy_async, cc.device_info = kernel, global_ptr, copy_async, device_info
+    cc.synchronize = lambda device: None
+    cc.DEVICE_TYPE = "cpu"
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(cc, name, value)
+        shutil.rmtree(build_dir, ignore_errors=True)

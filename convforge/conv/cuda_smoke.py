@@ -1,0 +1,179 @@
+"""One-call GPU check of the CUDA C implementations: correctness, then timing against the roofline floor.
+
+    python -m convforge.conv.cuda_smoke                       # check every CUDA impl on every preset layer
+    python -m convforge.conv.cuda_smoke --time --batch 10000  # + median ms and % of the floor per layer
+    python -m convforge.conv.cuda_smoke --sweep 16 --write-auto convforge/tuning/cuda_auto.json
+
+Not an implementation. ``--sweep N`` times the N best-modelled launch shapes of cuda-fused-gemm (plain) and
+cuda-fused-layer (fused) per layer; ``--write-auto`` records each layer's fastest exact kernel and launch
+shape for cuda-auto. The floor uses the anchors' H200 ceilings (4.22 TB/s, 51.2 TFLOP/s) unless
+``--copy-gbps`` / ``--matmul-gflops`` give this machine's. The last lines printed are a short table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from datetime import datetime, timezone
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+CUDA_IMPLS = ("cuda-naive", "cuda-tiled", "cuda-constmem", "cuda-unroll-gemm", "cuda-fused-gemm", "cuda-tc-tf32",
+              "cuda-tc-fp16", "cuda-fused-layer", "cuda-auto")
+ACTIVATIONS = {"tanh": torch.tanh, "relu": torch.relu, "sigmoid": torch.sigmoid, None: lambda v: v}
+
+
+def preset_layers():
+    from convforge.engine import Engine
+    from convforge.models import PRESETS
+    layers, seen = [], set()
+    for preset in PRESETS.values():
+        arch = preset.architecture
+        if arch.name in seen:
+            continue
+        seen.add(arch.name)
+        walk = list(arch.walk())
+        n = 0
+        for i, (layer, _, shape_in, _) in enumerate(walk):
+            if type(layer).__name__ == "Conv":
+                n += 1
+                fusion = Engine._fusable(walk, i)
+                layers.append((f"{arch.name} L{n}", (layer.out_channels, *shape_in, layer.kernel),
+                               fusion[:2] if fusion else None))
+    return layers
+
+
+def reference(x, w, b, activation=None, pool=None):
+    y = F.conv2d(x.double(), w.double(), None if b is None else b.double())
+    y = ACTIVATIONS[activation](y)
+    return F.max_pool2d(y, pool) if pool else y
+
+
+def rel_error(got, ref) -> float:
+    if not torch.isfinite(got).all():
+        return float("inf")
+    return float(((got.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item())
+
+
+def time_ms(fn, x, warmup: int = 2, repeat: int = 10) -> float:
+    for _ in range(warmup):
+        fn(x)
+    times = []
+    for _ in range(repeat):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        fn(x)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def floor_ms(shape, batch, pool, copy_gbps, matmul_gflops) -> float:
+    from convforge.models import ConvShape
+    M, C, H, W, K = shape
+    s = ConvShape(batch, M, C, H, W, K)
+    ho, wo = s.out_hw
+    out = batch * M * (ho // pool) * (wo // pool) if pool else None
+    return 1e3 * max(s.bytes_moved(out) / (copy_gbps * 1e9), s.flops / (matmul_gflops * 1e9))
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--impls", default=",".join(CUDA_IMPLS))
+    p.add_argument("--layers", default="", help="comma-separated labels such as 'fa18 L2' (default: all)")
+    p.add_argument("--time", action="store_true")
+    p.add_argument("--batch", type=int, default=10000)
+    p.add_argument("--repeat", type=int, default=10)
+    p.add_argument("--sweep", type=int, default=0, metavar="N")
+    p.add_argument("--write-auto", default="")
+    p.add_argument("--copy-gbps", type=float, default=4220.0)
+    p.add_argument("--matmul-gflops", type=float, default=51200.0)
+    args = p.parse_args(argv)
+
+    from convforge import conv
+    from convforge.conv import cuda_fused_gemm, cuda_fused_layer
+    torch.backends.cudnn.allow_tf32 = False
+    impls = [conv.get(n) for n in args.impls.split(",") if n]
+    wanted = {s.strip() for s in args.layers.split(",") if s.strip()}
+    layers = [l for l in preset_layers() if not wanted or l[0] in wanted]
+    rows, failures, best = [], 0, {}
+    g = torch.Generator().manual_seed(0)
+    for label, shape, fusion in layers:
+        M, C, H, W, K = shape
+        w = (torch.randn(M, C, K, K, generator=g) * (2.0 / (100.0 * (C * K * K) ** 0.5))).cuda()
+        b = None
+        x2 = (torch.rand(2, C, H, W, generator=g) * 255 - 64).cuda()
+        xb = (torch.rand(args.batch, C, H, W, generator=g) * 255 - 64).cuda() if (args.time or args.sweep) else None
+        calls = [(impl, None) for impl in impls] + [(impl, fusion) for impl in impls if impl.fuses and fusion]
+        for impl, fz in calls:
+            what = f"{label:8s} {impl.name}{' fused ' + str(fz) if fz else ''}"
+            try:
+                fn = impl.prepare_fused(w, b, *fz) if fz else impl.prepare(w, b)
+                ref = reference(x2, w, b, *(fz or (None, None)))
+                out = torch.full(tuple(ref.shape), float("nan"), device="cuda")
+                err = rel_error(fn(x2, out=out), ref)
+            except Exception as exc:  # report and go on: one broken kernel must not hide the others
+                print(f"FAIL {what}: {type(exc).__name__}: {exc}", flush=True)
+                failures += 1
+                continue
+            ok = err <= impl.tolerance
+            failures += not ok
+            ms = time_ms(fn, xb, repeat=args.repeat) if args.time and ok else float("nan")
+            fl = floor_ms(shape, args.batch, fz[1] if fz else None, args.copy_gbps, args.matmul_gflops)
+            rows.append((label, impl.name + ("+fused" if fz else ""), err, ok, ms, fl))
+            print(f"{'ok  ' if ok else 'BAD '} {what}: err {err:.2e}" +
+                  (f"  {ms:8.3f} ms  floor {fl:.3f} ms  {100 * fl / ms:5.1f} %" if ms == ms else ""), flush=True)
+            if ok and ms == ms and impl.exact and impl.name != "cuda-auto":
+                key = (shape, fz[1] if fz else 1)
+                if key not in best or ms < best[key][1]:
+                    best[key] = (impl.name, ms, None)
+        if args.sweep:
+            for fz in [None] + ([fusion] if fusion else []):
+                pool = fz[1] if fz else 1
+                geoms = cuda_fused_gemm.candidate_configs(*shape, pool=pool)[:args.sweep]
+                for geom in geoms:
+                    try:
+                        fn = (cuda_fused_layer.prepare_fused(w, b, fz[0], pool, config=geom.cfg) if fz
+                              else cuda_fused_gemm.prepare(w, b, config=geom.cfg))
+                        err = rel_error(fn(x2), reference(x2, w, b, *(fz or (None, None))))
+                        ms = time_ms(fn, xb, repeat=args.repeat) if err <= 1e-5 else float("nan")
+                    except Exception as exc:
+                        print(f"FAIL sweep {label} {geom.cfg}: {exc}", flush=True)
+                        failures += 1
+                        continue
+                    fl = floor_ms(shape, args.batch, fz[1] if fz else None, args.copy_gbps, args.matmul_gflops)
+                    print(f"sweep {label:8s} pool {pool} {cuda_fused_gemm.describe(geom)}  err {err:.1e}  "
+                          f"{ms:8.3f} ms  {100 * fl / ms:5.1f} % of floor", flush=True)
+                    key = (shape, pool)
+                    if ms == ms and (key not in best or ms < best[key][1]):
+                        name = "cuda-fused-layer" if fz else "cuda-fused-gemm"
+                        cfg = {k: v for k, v in cuda_fused_gemm.describe(geom).items()
+                               if k in ("tm", "ht", "wt", "nt", "bh", "minb", "pu")}
+                        best[key] = (name, ms, cfg)
+    if args.write_auto and best:
+        entries = [{"M": s[0], "C": s[1], "H": s[2], "W": s[3], "K": s[4], "pool": pool, "impl": name,
+                    "config": cfg, "median_ms": round(ms, 4), "batch": args.batch}
+                   for (s, pool), (name, ms, cfg) in sorted(best.items())]
+        doc = {"source": f"convforge.conv.cuda_smoke --time --sweep {args.sweep} --batch {args.batch} on "
+                         f"{torch.cuda.get_device_name()} ({datetime.now(timezone.utc):%Y-%m-%d})",
+               "device": torch.cuda.get_device_name(), "entries": entries}
+        with open(args.write_auto, "w", encoding="utf-8") as handle:
+            json.dump(doc, handle, indent=1)
+            handle.write("\n")
+        print(f"wrote {len(entries)} entries to {args.write_auto}")
+    print("\nlayer     implementation          rel err   ok   median ms   % floor")
+    for label, name, err, ok, ms, fl in rows:
+        pct = 100 * fl / ms if ms == ms else float("nan")
+        print(f"{label:9s} {name:22s} {err:8.1e}  {'yes' if ok else 'NO '}  {ms:9.3f}  {pct:7.1f}")
+    print(f"{len(rows) - sum(not r[3] for r in rows)} passed, {failures} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,323 @@
+"""The CUDA C implementations compute the course's convolution: against the float64 reference, output poisoned
+with NaN, on the preset layers and odd shapes, plain and fused, at each implementation's tolerance.
+
+Two back ends run the same Python code (planning, weight packing, chunking, launches):
+- a CUDA GPU through CuPy (skipped without one: "needs a CUDA GPU and cupy");
+- the host emulation (``convforge.conv.cuda_emulate``: the kernels compiled with g++, one OS thread per CUDA
+  thread) on small shapes, so CI without a GPU still checks every kernel's indexing, bounds and barriers.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import zlib
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from convforge import conv
+from convforge.conv.reference import conv2d_float64
+from convforge.harness.check import describe_mismatch, poisoned, relative_error
+from convforge.models import PRESETS
+
+EXACT = ("cuda-naive", "cuda-tiled", "cuda-constmem", "cuda-unroll-gemm", "cuda-fused-gemm", "cuda-fused-layer",
+         "cuda-auto")
+REDUCED = ("cuda-tc-tf32", "cuda-tc-fp16")
+FUSING = ("cuda-fused-layer", "cuda-auto")
+REFERENCE_ACTIVATIONS = {"tanh": np.tanh, "relu": lambda v: np.maximum(v, 0.0),
+                         "sigmoid": lambda v: 1.0 / (1.0 + np.exp(-v)), None: lambda v: v}
+
+# (B, M, C, H, W, K): edges (1x1 output, one row, one column, K = 1, K = H) and awkward sizes
+ODD_SHAPES = (
+    (1, 1, 1, 1, 1, 1), (2, 3, 2, 7, 7, 7), (3, 5, 3, 7, 40, 7), (2, 4, 2, 33, 5, 5), (2, 64, 16, 9, 9, 1),
+    (5, 7, 3, 17, 23, 3), (2, 33, 5, 31, 29, 6), (1, 64, 16, 45, 38, 7), (3, 13, 1, 28, 30, 2),
+    (0, 3, 2, 8, 8, 3),
+)
+
+
+def _has_gpu() -> bool:
+    return torch.cuda.is_available() and importlib.util.find_spec("cupy") is not None
+
+
+needs_gpu = pytest.mark.skipif(not _has_gpu(), reason="needs a CUDA GPU and cupy")
+
+
+def _preset_layers():
+    """Distinct preset conv layers as (M, C, H, W, K) with the (activation, pool) a fusing kernel absorbs."""
+    from convforge.engine import Engine
+    seen = {}
+    for preset in PRESETS.values():
+        walk = list(preset.architecture.walk())
+        for i, (layer, _, shape_in, _) in enumerate(walk):
+            if type(layer).__name__ == "Conv":
+                fusion = Engine._fusable(walk, i)
+                seen.setdefault((layer.out_channels, *shape_in, layer.kernel), fusion[:2] if fusion else None)
+    return seen
+
+
+PRESET_LAYERS = _preset_layers()
+
+
+def _data(shape, seed, bias, unit=False, device="cpu"):
+    B, M, C, H, W, K = shape
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(B, C, H, W, generator=g) * 255.0 - 64.0
+    std = 2.0 / (110.0 * (C * K * K) ** 0.5) if unit else 0.05   # unit: outputs of order 1 (tanh unsaturated)
+    w = torch.randn(M, C, K, K, generator=g) * std
+    b = torch.randn(M, generator=g) if bias else None
+    return x.to(device), w.to(device), None if b is None else b.to(device)
+
+
+def _reference(x, w, b, activation=None, pool=None):
+    y = conv2d_float64(x.cpu().numpy(), w.cpu().numpy(), None if b is None else b.cpu().numpy())
+    y = REFERENCE_ACTIVATIONS[activation](y)
+    if pool:
+        B, M, H, W = y.shape
+        r, c = H // pool, W // pool
+        y = y[:, :, :r * pool, :c * pool].reshape(B, M, r, pool, c, pool).max(axis=(3, 5))
+    return y
+
+
+def _check(fn, x, ref, tolerance, what):
+    original = x.clone()
+    out = poisoned(ref.shape, x.device)
+    got = fn(x, out=out)
+    assert got is out, f"{what}: did not return the out buffer"
+    error = relative_error(got, ref)
+    assert error <= tolerance, f"{what}: relative error {error:.3g} > {tolerance:g}; {describe_mismatch(got, ref)}"
+    again = fn(x)
+    assert again.dtype == torch.float32 and again.device == x.device and tuple(again.shape) == ref.shape
+    error = relative_error(again, ref)
+    assert error <= tolerance, f"{what} (no out): relative error {error:.3g}; {describe_mismatch(again, ref)}"
+    assert torch.equal(x, original), f"{what}: modified its input"
+
+
+# -- on a GPU ------------------------------------------------------------------------------------------------
+
+@needs_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", EXACT + REDUCED)
+@pytest.mark.parametrize("shape", list(PRESET_LAYERS), ids=lambda s: "M%d-C%d-H%d-W%d-K%d" % s)
+def test_gpu_preset_layers(name, shape):
+    impl = conv.get(name)
+    for i, bias in enumerate((False, True)):
+        x, w, b = _data((3, *shape), seed=zlib.crc32(f"{name}{shape}{i}".encode()), bias=bias, device="cuda")
+        _check(impl.prepare(w, b), x, _reference(x, w, b), impl.tolerance, f"{name} {shape} bias={bias}")
+
+
+@needs_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", EXACT + REDUCED)
+@pytest.mark.parametrize("shape", ODD_SHAPES, ids=lambda s: "B%d-M%d-C%d-H%d-W%d-K%d" % s)
+def test_gpu_odd_shapes(name, shape):
+    impl = conv.get(name)
+    x, w, b = _data(shape, seed=sum(shape), bias=shape[0] % 2 == 1, device="cuda")
+    _check(impl.prepare(w, b), x, _reference(x, w, b), impl.tolerance, f"{name} {shape}")
+
+
+@needs_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", FUSING)
+@pytest.mark.parametrize("case", [(s, f) for s, f in PRESET_LAYERS.items() if f] +
+                         [((13, 3, 19, 23, 5), ("sigmoid", 2)), ((7, 2, 20, 17, 3), (None, 4)),
+                          ((5, 4, 16, 16, 3), ("relu", 3)), ((64, 16, 12, 12, 5), ("tanh", 4))],
+                         ids=lambda c: "M%d-C%d-H%d-W%d-K%d-" % c[0] + f"{c[1][0]}-pool{c[1][1]}")
+def test_gpu_fused(name, case):
+    shape, (activation, pool) = case
+    impl = conv.get(name)
+    x, w, b = _data((3, *shape), seed=sum(shape) + pool, bias=True, unit=True, device="cuda")
+    ref = _reference(x, w, b, activation, pool)
+    _check(impl.prepare_fused(w, b, activation, pool), x, ref, impl.tolerance, f"{name} {shape} {activation} {pool}")
+
+
+@needs_gpu
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize("shape,pool", [((24, 12, 33, 33, 7), 1), ((50, 1, 28, 28, 5), 1), ((12, 1, 72, 72, 7), 2),
+                                        ((16, 4, 40, 40, 7), 4)])
+def test_gpu_every_launch_config(shape, pool):
+    """Every register tile the bench may sweep computes the same function."""
+    from convforge.conv import cuda_fused_gemm, cuda_fused_layer
+    x, w, b = _data((2, *shape), seed=7, bias=True, unit=pool > 1, device="cuda")
+    activation = "relu" if pool > 1 else None
+    ref = _reference(x, w, b, activation, pool if pool > 1 else None)
+    geoms = cuda_fused_gemm.candidate_configs(*shape, pool=pool)
+    tried = set()
+    for geom in geoms:
+        key = (geom.cfg.tm, geom.cfg.ht, geom.cfg.wt, geom.cfg.pu)
+        if key in tried:
+            continue
+        tried.add(key)
+        if pool > 1:
+            fn = cuda_fused_layer.prepare_fused(w, b, activation, pool, config=geom.cfg)
+        else:
+            fn = cuda_fused_gemm.prepare(w, b, config=geom.cfg)
+        _check(fn, x, ref, 1e-5, f"{shape} pool {pool} config {geom.cfg}")
+
+
+@needs_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ("tf32", "fp16"))
+def test_gpu_tc_launch_configs(precision):
+    from convforge.conv import cuda_tc
+    x, w, b = _data((2, 24, 12, 33, 33, 7), seed=11, bias=True, device="cuda")
+    ref = _reference(x, w, b)
+    for config in cuda_tc.LAUNCH_CONFIGS:
+        _check(cuda_tc.prepare(w, b, precision=precision, config=config), x, ref, 1e-2, f"tc {precision} {config}")
+
+
+@needs_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", EXACT + REDUCED)
+def test_gpu_large_batch_side_stream_and_strided_out(name):
+    """Persistent blocks looping over many images, a non-default stream, a non-contiguous out buffer."""
+    impl = conv.get(name)
+    x, w, b = _data((1500, 16, 6, 22, 22, 5), seed=3, bias=True, device="cuda")
+    ref = F.conv2d(x.double(), w.double(), b.double())
+    fn = impl.prepare(w, b)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        out = torch.full((1500, 16, 18, 18), float("nan"), device="cuda").transpose(2, 3)  # strided view
+        got = fn(x, out=out)
+        total = got.sum()  # torch work ordered after the kernel on the same stream
+    torch.cuda.current_stream().wait_stream(side)
+    assert got is out
+    error = float(((got.double() - ref).norm() / ref.norm()).item())
+    assert error <= impl.tolerance, f"{name}: relative error {error:.3g}"
+    assert torch.isfinite(total)
+
+
+@needs_gpu
+@pytest.mark.gpu
+def test_gpu_constmem_layers_on_concurrent_streams():
+    """Each prepared layer has its own constant bank, so layers may run on several streams at once."""
+    impl = conv.get("cuda-constmem")
+    cases = [_data((64, 8, 3, 30, 30, 5), seed=s, bias=True, device="cuda") for s in (1, 2, 3)]
+    fns = [impl.prepare(w, b) for _, w, b in cases]
+    streams = [torch.cuda.Stream() for _ in cases]
+    outs = []
+    for _ in range(3):
+        for (x, w, b), fn, stream in zip(cases, fns, streams):
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                outs.append(fn(x))
+    torch.cuda.synchronize()
+    for i, got in enumerate(outs):
+        x, w, b = cases[i % len(cases)]
+        ref = F.conv2d(x.double(), w.double(), b.double())
+        assert float(((got.double() - ref).norm() / ref.norm()).item()) <= impl.tolerance
+
+
+@needs_gpu
+@pytest.mark.gpu
+def test_gpu_constmem_chunks_large_filter_banks():
+    """Filter banks over 64 KB go through the constant bank in pieces (maps, then channels)."""
+    impl = conv.get("cuda-constmem")
+    for shape in ((2, 40, 9, 12, 12, 7), (1, 2, 350, 8, 8, 7)):
+        x, w, b = _data(shape, seed=5, bias=True, device="cuda")
+        _check(impl.prepare(w, b), x, _reference(x, w, b), impl.tolerance, f"constmem {shape}")
+
+
+# -- on the host emulation (no GPU needed) ------------------------------------------------------------------
+
+def _emulation_available() -> bool:
+    from convforge.conv import cuda_emulate
+    return cuda_emulate.compiler() is not None
+
+
+needs_cxx = pytest.mark.skipif(not _emulation_available(), reason="needs a C++20 compiler (g++) for the host emulation")
+
+
+@pytest.fixture(scope="module")
+def emulation():
+    from convforge.conv import cuda_emulate
+    with cuda_emulate.emulated(sm_count=2):
+        yield cuda_emulate
+
+
+def _module_prepare(name):
+    impl = conv.get(name)
+    module = importlib.import_module(f"convforge.conv.{impl.module}")
+    if getattr(module, "PRECISIONS", None):
+        return lambda w, b, **kw: module.prepare(w, b, precision=impl.precision, **kw), impl.tolerance
+    return module.prepare, impl.tolerance
+
+
+EMULATED_SHAPES = ((2, 5, 3, 12, 11, 5), (1, 1, 1, 1, 1, 1), (2, 3, 2, 7, 7, 7), (3, 4, 2, 9, 30, 3),
+                   (2, 10, 1, 16, 16, 5), (0, 3, 2, 8, 8, 3))
+
+
+@needs_cxx
+@pytest.mark.slow
+@pytest.mark.parametrize("name", EXACT + REDUCED)
+def test_emulated_odd_shapes(emulation, name):
+    prepare, tolerance = _module_prepare(name)
+    for i, shape in enumerate(EMULATED_SHAPES):
+        x, w, b = _data(shape, seed=100 + i, bias=i % 2 == 0)
+        _check(prepare(w, b), x, _reference(x, w, b), tolerance, f"{name} {shape} (emulated)")
+
+
+@needs_cxx
+@pytest.mark.slow
+@pytest.mark.parametrize("activation,pool", [("tanh", 2), ("relu", 4), ("sigmoid", 2), (None, 3)])
+def test_emulated_fused(emulation, activation, pool):
+    from convforge.conv import cuda_auto, cuda_fused_layer
+    shape = (2, 6, 2, 19, 23, 5)
+    x, w, b = _data(shape, seed=pool, bias=True, unit=True)
+    ref = _reference(x, w, b, activation, pool)
+    _check(cuda_fused_layer.prepare_fused(w, b, activation, pool), x, ref, 1e-5, f"fused {activation} {pool}")
+    _check(cuda_auto.prepare_fused(w, b, activation, pool), x, ref, 1e-5, f"auto fused {activation} {pool}")
+
+
+@needs_cxx
+@pytest.mark.slow
+def test_emulated_global_memory_paths(emulation):
+    """Shapes too large for shared memory read input and weights from global memory instead."""
+    from convforge.conv import cuda_fused_gemm, cuda_fused_layer, cuda_tc
+    original = emulation.cc.device_info
+    emulation.cc.device_info = lambda device: emulation.cc.DeviceInfo(0, 2, 600, 2048, "90")
+    try:
+        shape = (2, 9, 3, 13, 15, 5)
+        x, w, b = _data(shape, seed=9, bias=True, unit=True)
+        geom = cuda_fused_gemm.plan(9, 3, 13, 15, 5, 1, smem_optin=600)
+        assert not geom.xsmem
+        _check(cuda_fused_gemm.prepare(w, b), x, _reference(x, w, b), 1e-5, "fused-gemm global")
+        _check(cuda_fused_layer.prepare_fused(w, b, "tanh", 2), x, _reference(x, w, b, "tanh", 2), 1e-5,
+               "fused-layer global")
+        for precision in cuda_tc.PRECISIONS:
+            assert not cuda_tc.plan(9, 3, 13, 15, 5, precision, smem_optin=600).bsmem
+            _check(cuda_tc.prepare(w, b, precision=precision), x, _reference(x, w, b), 1e-2, f"tc {precision} global")
+    finally:
+        emulation.cc.device_info = original
+
+
+@needs_cxx
+@pytest.mark.slow
+def test_emulated_constmem_chunks_and_private_banks(emulation):
+    """Large filter banks go in pieces; two prepared layers keep their own constant banks."""
+    from convforge.conv import cuda_constmem
+    for shape in ((1, 40, 9, 9, 9, 7), (1, 2, 350, 7, 8, 7)):
+        x, w, b = _data(shape, seed=1, bias=True)
+        _check(cuda_constmem.prepare(w, b), x, _reference(x, w, b), 1e-5, f"constmem {shape}")
+    first, second = _data((2, 4, 2, 10, 10, 3), seed=2, bias=False), _data((2, 4, 2, 10, 10, 3), seed=3, bias=False)
+    fn1, fn2 = cuda_constmem.prepare(first[1], None), cuda_constmem.prepare(second[1], None)
+    for (x, w, b), fn in ((first, fn1), (second, fn2), (first, fn1)):
+        _check(fn, x, _reference(x, w, b), 1e-5, "constmem, two layers alive")
+
+
+@needs_cxx
+@pytest.mark.slow
+def test_emulated_launch_configs(emulation):
+    """A spread of listed register tiles (and both kernel-row unrolls) on a small layer."""
+    from convforge.conv import cuda_fused_gemm
+    shape = (2, 12, 3, 14, 13, 5)
+    x, w, b = _data(shape, seed=4, bias=True)
+    ref = _reference(x, w, b)
+    for config in ({"tm": 12, "ht": 2, "wt": 4, "pu": 1}, {"tm": 5, "ht": 1, "wt": 8, "pu": 5},
+                   {"tm": 3, "ht": 1, "wt": 4, "nt": 32, "bh": 3}, {"tm": 4, "ht": 1, "wt": 1},
+                   {"tm": 6, "ht": 2, "wt": 2, "nt": 64, "bh": 2}):
+        _check(cuda_fused_gemm.prepare(w, b, config=config), x, ref, 1e-5, f"config {config}")

@@ -1,0 +1,166 @@
+"""The CUDA C kernels build, without a GPU: nvcc for sm_90 (and NVRTC where CuPy can reach it) compiles every
+``.cu`` under convforge/conv/cuda/ with the -D constants the Python side passes, the register-tiled kernels
+keep everything in registers, and the kernel modules import and report themselves unavailable without CuPy.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from convforge.conv import cuda_common as cc
+from convforge.conv import (cuda_constmem, cuda_fused_gemm, cuda_fused_layer, cuda_naive, cuda_tc, cuda_tiled,
+                            cuda_unroll_gemm)
+from convforge.models import PRESETS
+
+from conftest import nvcc_path
+
+# fa18 L2 (the FLOP-heavy layer) and fa17 L1 (C = 1, output-bound), as (M, C, H, W, K)
+REPRESENTATIVE = {"fa18 L2": (24, 12, 33, 33, 7), "fa17 L1": (50, 1, 28, 28, 5)}
+CUDA_MODULES = ("cuda_naive", "cuda_tiled", "cuda_constmem", "cuda_unroll_gemm", "cuda_fused_gemm", "cuda_tc",
+                "cuda_fused_layer", "cuda_auto")
+
+
+def _preset_layers():
+    """Every distinct preset conv layer with the max pool a fusing kernel would absorb (1 = none)."""
+    from convforge.engine import Engine
+    seen = {}
+    for preset in PRESETS.values():
+        walk = list(preset.architecture.walk())
+        for i, (layer, _, shape_in, _) in enumerate(walk):
+            if type(layer).__name__ != "Conv":
+                continue
+            shape = (layer.out_channels, *shape_in, layer.kernel)
+            fusion = Engine._fusable(walk, i)
+            seen.setdefault(shape, fusion[:2] if fusion else None)
+    return seen
+
+
+def _specs() -> list[tuple[str, cc.KernelSpec]]:
+    specs: dict = {}
+    for label, shape in REPRESENTATIVE.items():
+        for module in (cuda_naive, cuda_tiled, cuda_constmem, cuda_unroll_gemm, cuda_fused_gemm):
+            for spec in module.kernel_specs(*shape):
+                specs.setdefault(spec, f"{module.__name__.split('.')[-1]} {label}")
+        for precision in cuda_tc.PRECISIONS:
+            for spec in cuda_tc.kernel_specs(*shape, precision=precision):
+                specs.setdefault(spec, f"cuda_tc {precision} {label}")
+        for pool, activation in ((2, "tanh"), (4, "relu"), (2, "sigmoid")):
+            for spec in cuda_fused_layer.kernel_specs(*shape, pool=pool, activation=activation):
+                specs.setdefault(spec, f"cuda_fused_layer {activation}+pool{pool} {label}")
+    # the default launch shape of every preset layer, plain and fused, so none of them may spill
+    for shape, fusion in _preset_layers().items():
+        label = "M=%d C=%d H=%d W=%d K=%d" % shape
+        for spec in cuda_fused_gemm.kernel_specs(*shape):
+            specs.setdefault(spec, f"cuda_fused_gemm {label}")
+        if fusion:
+            activation, pool = fusion
+            for spec in cuda_fused_layer.kernel_specs(*shape, pool=pool, activation=activation):
+                specs.setdefault(spec, f"cuda_fused_layer {activation}+pool{pool} {label}")
+    return [(label, spec) for spec, label in specs.items()]
+
+
+SPECS = _specs()
+
+
+def test_every_kernel_source_is_compiled_by_some_module():
+    covered = {spec.source for _, spec in SPECS}
+    on_disk = {path.name for path in cc.sources()}
+    assert on_disk, "no .cu files found"
+    assert on_disk <= covered, f"kernel sources no module compiles: {sorted(on_disk - covered)}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("label,spec", SPECS, ids=[label for label, _ in SPECS])
+def test_nvcc_compiles_for_sm90(label, spec, tmp_path):
+    nvcc = nvcc_path()
+    if nvcc is None:
+        pytest.skip("nvcc is not installed (the CUDA toolkit's compiler); these checks need it, not a GPU")
+    cubin = tmp_path / "kernel.cubin"
+    cmd = [nvcc, "-arch=sm_90", "-cubin", "-Xptxas", "-v", *spec.options(), "-o", str(cubin), str(spec.path)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    assert done.returncode == 0, f"{label}: nvcc failed\n{' '.join(cmd)}\n{done.stderr[-4000:]}"
+    assert cubin.stat().st_size > 0
+    if spec.source in ("regtile.cu", "tc.cu"):
+        # the register tiles must stay in registers: no local-memory spills or stack frame
+        report = done.stderr
+        assert re.search(r"\b0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads", report), \
+            f"{label}: spills or a stack frame\n{report}"
+
+
+def _nvrtc():
+    try:
+        from cupy_backends.cuda.libs import nvrtc
+        nvrtc.getVersion()
+        return nvrtc
+    except Exception:
+        return None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("label,spec", SPECS[:12], ids=[label for label, _ in SPECS[:12]])
+def test_nvrtc_compiles_for_sm90(label, spec):
+    """What CuPy does at run time (no CUDA include path): the sources must need no headers."""
+    nvrtc = _nvrtc()
+    if nvrtc is None:
+        pytest.skip("CuPy with an NVRTC library is not installed here (pip install cupy-cuda13x)")
+    prog = nvrtc.createProgram(cc.load_source(spec.source), spec.source, (), ())
+    try:
+        nvrtc.compileProgram(prog, [*spec.options(), "-arch=sm_90", "-ftz=true"])
+    except Exception as exc:
+        pytest.fail(f"{label}: NVRTC failed: {exc}\n{nvrtc.getProgramLog(prog)[-4000:]}")
+    assert len(nvrtc.getCUBIN(prog)) > 0
+
+
+def test_launch_configs_plan_for_every_preset_layer():
+    """Every listed register tile either plans for each preset layer or is rejected with a reason."""
+    for shape, fusion in _preset_layers().items():
+        pool = fusion[1] if fusion else 1
+        found = cuda_fused_gemm.candidate_configs(*shape, pool=pool)
+        assert found, f"no launch configuration for {shape} pool {pool}"
+        best = cuda_fused_gemm.plan(*shape, pool=pool)
+        assert best.smem_bytes <= cuda_fused_gemm.SMEM_OPTIN_DEFAULT
+        assert best.cfg.nt % 32 == 0 and best.cfg.bh % best.cfg.ht == 0
+        assert best.cfg.ht % pool == 0 and best.cfg.wt % pool == 0
+        for config in cuda_fused_gemm.LAUNCH_CONFIGS[:6]:
+            try:
+                geom = cuda_fused_gemm.plan(*shape, pool=pool, config=config)
+            except ValueError:
+                continue
+            assert geom.cfg.tm == config["tm"]
+
+
+def test_kernel_modules_import_and_report_unavailable_without_cupy():
+    """In a fresh interpreter where ``import cupy`` fails: every module imports, every entry says why not."""
+    script = textwrap.dedent(f"""
+        import importlib, importlib.abc, importlib.util, sys
+
+        class NoCupy(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name == "cupy" or name.startswith(("cupy.", "cupy_backends")):
+                    raise ModuleNotFoundError("No module named 'cupy' (blocked by the test)")
+                return None
+
+        sys.meta_path.insert(0, NoCupy())
+        real_find_spec = importlib.util.find_spec
+        importlib.util.find_spec = lambda name, *a: None if name.split(".")[0] in ("cupy", "cupy_backends") \\
+            else real_find_spec(name, *a)
+        import torch
+        torch.cuda.is_available = lambda: True      # pretend a GPU, so the missing package is the reason
+        from convforge import conv
+        for name in {CUDA_MODULES!r}:
+            importlib.import_module("convforge.conv." + name)
+        for impl in conv.IMPLEMENTATIONS:
+            if impl.name.startswith("cuda-"):
+                reason = impl.unavailable_reason("cuda")
+                assert reason and "cupy" in reason, (impl.name, reason)
+                assert impl.header, impl.name
+        assert "cupy" not in sys.modules
+        print("ok")
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stdout + done.stderr
