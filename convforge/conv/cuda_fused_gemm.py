@@ -15,7 +15,9 @@ Bottleneck: FP32 FFMA issue on these layers (every preset layer has more than ~6
 move), then the output stores on the C=1 first layers; the floor is max(bytes / 4.2 TB/s, FLOPs /
 51 TFLOP/s) on an H200.
 
-Launch shapes: ``LAUNCH_CONFIGS`` lists the register tiles worth sweeping; ``candidate_configs(...)``
+Input staging: cp.async copies, double-buffered (the next band streams in while this one is computed;
+``pipe`` in the config, see regtile.cu). Launch shapes: ``TUNED`` holds the measured best shape of each
+preset layer (the default for those shapes); ``LAUNCH_CONFIGS`` lists the register tiles worth sweeping; ``candidate_configs(...)``
 expands them (threads per block, rows per band) for one layer and ranks them with a small cost model;
 ``prepare(weight, bias, config=...)`` takes one (a ``RegTileConfig`` or a dict of its fields, missing
 fields filled in). ``input_hw=(H, W)`` compiles in prepare; otherwise the first call compiles (NVRTC, then
@@ -48,7 +50,33 @@ LAUNCH_CONFIGS: tuple[dict, ...] = (
     {"tm": 16, "ht": 1, "wt": 4}, {"tm": 16, "ht": 1, "wt": 8}, {"tm": 24, "ht": 1, "wt": 4},
     {"tm": 5, "ht": 1, "wt": 4}, {"tm": 3, "ht": 1, "wt": 4}, {"tm": 2, "ht": 1, "wt": 4},
     {"tm": 1, "ht": 1, "wt": 4}, {"tm": 4, "ht": 1, "wt": 2}, {"tm": 4, "ht": 1, "wt": 1},
+    {"tm": 6, "ht": 4, "wt": 4}, {"tm": 4, "ht": 4, "wt": 4}, {"tm": 3, "ht": 4, "wt": 4}, {"tm": 6, "ht": 2, "wt": 8},
+    {"tm": 4, "ht": 3, "wt": 4},
 )
+
+# Measured winners (cuda_smoke --sweep on an NVIDIA H200, B = 10000), keyed by (M, C, H, W, K, pool): the
+# default launch shape for these layers when no config is given (any other shape, or one that does not fit
+# this device, falls back to the cost model).
+TUNED: dict[tuple[int, int, int, int, int, int], dict] = {
+    (50, 1, 28, 28, 5, 1): {"tm": 10, "ht": 2, "wt": 4, "nt": 32, "bh": 24, "pu": 1},
+    (50, 1, 28, 28, 5, 2): {"tm": 4, "ht": 2, "wt": 8, "nt": 96, "bh": 24, "pu": 1},
+    (6, 1, 64, 64, 5, 1): {"tm": 6, "ht": 2, "wt": 4, "nt": 64, "bh": 60, "pu": 5},
+    (6, 1, 64, 64, 5, 2): {"tm": 6, "ht": 2, "wt": 4, "nt": 128, "bh": 60, "pu": 1},
+    (16, 6, 30, 30, 5, 1): {"tm": 4, "ht": 2, "wt": 4, "nt": 128, "bh": 26, "pu": 5},
+    (6, 1, 48, 48, 5, 1): {"tm": 6, "ht": 2, "wt": 4, "nt": 64, "bh": 22, "pu": 1},
+    (6, 1, 48, 48, 5, 2): {"tm": 6, "ht": 2, "wt": 4, "nt": 64, "bh": 44, "pu": 1},
+    (16, 6, 22, 22, 5, 1): {"tm": 4, "ht": 2, "wt": 4, "nt": 64, "bh": 18, "pu": 5},
+    (12, 1, 72, 72, 7, 1): {"tm": 12, "ht": 2, "wt": 4, "nt": 64, "bh": 22, "pu": 1},
+    (12, 1, 72, 72, 7, 2): {"tm": 6, "ht": 2, "wt": 4, "nt": 64, "bh": 22, "pu": 1},
+    (24, 12, 33, 33, 7, 1): {"tm": 6, "ht": 1, "wt": 4, "nt": 384, "bh": 27, "pu": 7},
+    (12, 1, 70, 70, 5, 1): {"tm": 6, "ht": 2, "wt": 4, "nt": 64, "bh": 22, "pu": 5},
+    (12, 1, 70, 70, 5, 2): {"tm": 12, "ht": 2, "wt": 4, "nt": 64, "bh": 22, "pu": 1},
+    (24, 12, 33, 33, 5, 1): {"tm": 6, "ht": 1, "wt": 8, "nt": 480, "bh": 29, "pu": 1},
+    (4, 1, 86, 86, 7, 1): {"tm": 4, "ht": 1, "wt": 8, "nt": 128, "bh": 80, "pu": 7},
+    (4, 1, 86, 86, 7, 2): {"tm": 4, "ht": 2, "wt": 4, "nt": 128, "bh": 80, "pu": 1},
+    (16, 4, 40, 40, 7, 1): {"tm": 8, "ht": 1, "wt": 4, "nt": 128, "bh": 34, "pu": 7},
+    (16, 4, 40, 40, 7, 4): {"tm": 2, "ht": 4, "wt": 8, "nt": 256, "bh": 32, "pu": 1},
+}
 
 
 @dataclass(frozen=True)
@@ -60,6 +88,7 @@ class RegTileConfig:
     bh: int = 0        # conv output rows per unit / band (0: derived)
     minb: int = 1      # __launch_bounds__ min blocks per SM (caps registers at 65536 / (nt * minb))
     pu: int = 0        # unroll of the kernel-row loop, 1 or K (0: chosen by the cost model)
+    pipe: int = 2      # input staging: 0 load+store, 1 cp.async, 2 cp.async double-buffered (next band prefetched)
 
     @staticmethod
     def coerce(config: Union["RegTileConfig", dict, None]) -> Optional["RegTileConfig"]:
@@ -124,13 +153,17 @@ class Geometry:
     @property
     def xr(self): return self.cfg.bh + self.K - 1
     @property
-    def xs_floats(self): return cc.cdiv(self.C * self.xr * self.pitch, 4) * 4 if self.xsmem else 0
+    def xs_floats(self):
+        one = cc.cdiv(self.C * self.xr * self.pitch, 4) * 4 if self.xsmem else 0
+        return one * (2 if self.cfg.pipe == 2 else 1)
     @property
     def ws_floats(self): return self.C * self.K * self.K * self.mp if self.wsmem else 0
     @property
     def smem_bytes(self): return 4 * (self.xs_floats + self.ws_floats)
     @property
     def vec_out(self): return self.pool == 1 and self.cfg.wt % 4 == 0 and self.wo % 4 == 0
+    @property
+    def vec2_out(self): return self.pool == 1 and not self.vec_out and self.cfg.wt % 2 == 0 and self.wo % 2 == 0
 
     def registers_estimate(self) -> int:
         """Roughly what ptxas reports (within ~10 % at pu=1; unrolling the kernel rows hoists loads)."""
@@ -142,7 +175,7 @@ class Geometry:
         c = self.cfg
         return cc.KernelSpec.of(SOURCE, CF_M=self.M, CF_C=self.C, CF_H=self.H, CF_W=self.W, CF_K=self.K,
                                 CF_TM=c.tm, CF_HT=c.ht, CF_WT=c.wt, CF_NT=c.nt, CF_BH=c.bh, CF_MINB=c.minb,
-                                CF_PUNROLL=c.pu, CF_POOL=self.pool, CF_ACT=activation,
+                                CF_PUNROLL=c.pu, CF_POOL=self.pool, CF_ACT=activation, CF_PIPE=c.pipe,
                                 CF_XSMEM=int(self.xsmem), CF_WSMEM=int(self.wsmem))
 
     def instructions_per_item(self) -> float:
@@ -151,7 +184,8 @@ class Geometry:
         x_loads = c.ht * (self.xwl // 4 if self.xvec else self.xwl)
         w_loads = c.tm // 4 + (c.tm % 4 + 1) // 2 if self.gs % 4 == 0 else c.tm
         body = c.tm * c.ht * c.wt * self.K + x_loads + self.K * w_loads + (6 if c.pu < self.K else 1)
-        epilogue = c.tm * (c.ht * (c.wt // 4 if self.vec_out else c.wt) + 4) + 40
+        per_row = c.wt // 4 if self.vec_out else c.wt // 2 if self.vec2_out else c.wt
+        epilogue = c.tm * (c.ht * per_row + 4) + 40
         if self.pool > 1:
             epilogue += c.tm * c.ht * c.wt
         return self.C * self.K * body + epilogue
@@ -162,14 +196,15 @@ class Geometry:
         per_item = self.instructions_per_item()
         rounds = cc.cdiv(self.items, self.cfg.nt)
         idle = rounds * self.cfg.nt - self.items
-        staging = (self.C * self.xr * cc.cdiv(self.pitch, 32) * 32 * 4 if self.xsmem else 0)
+        staging = (self.C * self.xr * cc.cdiv(self.pitch, 32) * 32 * (2 if self.cfg.pipe else 4) if self.xsmem else 0)
         issued = self.nb * (self.items * per_item + 0.5 * idle * per_item + staging)
         regs = min(255, self.registers_estimate())
         blocks = min(65536 // (regs * self.cfg.nt), smem_per_sm // max(1, self.smem_bytes + 1024), 32)
         warps = blocks * self.cfg.nt // 32
         if warps == 0:
             return 0.0
-        occupancy = min(1.0, warps / 12.0) * (1.0 if blocks >= 2 else 0.8)  # one block: staging not hidden
+        hidden = blocks >= 2 or (self.cfg.pipe == 2 and self.xsmem)   # else the staging latency is exposed
+        occupancy = min(1.0, warps / 12.0) * (1.0 if hidden else 0.8)
         placement = (1.0 if self.xsmem else 0.5) * (1.0 if self.wsmem else 0.7)
         return useful / issued * occupancy * placement
 
@@ -197,11 +232,19 @@ def _complete(M, C, H, W, K, pool, cfg: RegTileConfig, smem_optin: int, smem_per
         for bh in bhs:
             for xsmem, wsmem in placements:
                 probe = Geometry(M, C, H, W, K, pool, replace(cfg, bh=bh, nt=cfg.nt or 256), xsmem, wsmem)
+                pipe = cfg.pipe
+                if probe.smem_bytes > smem_optin and pipe == 2 and xsmem:   # no room for two bands: one
+                    pipe = 1
+                    probe = Geometry(M, C, H, W, K, pool, replace(probe.cfg, pipe=1), xsmem, wsmem)
                 if probe.smem_bytes > smem_optin:
                     continue
                 for pu in ([cfg.pu] if cfg.pu else sorted({1, K})):
                     for nt in ([cfg.nt] if cfg.nt else _thread_counts(probe.items)):
-                        out.append(Geometry(M, C, H, W, K, pool, replace(cfg, bh=bh, nt=nt, pu=pu), xsmem, wsmem))
+                        full = Geometry(M, C, H, W, K, pool, replace(cfg, bh=bh, nt=nt, pu=pu), xsmem, wsmem)
+                        if not cfg.nt and min(255, full.registers_estimate()) * cc.cdiv(nt, 128) * 128 > 65536:
+                            continue  # ptxas would cap the registers below the tile's needs and spill
+                        out.append(Geometry(M, C, H, W, K, pool, replace(cfg, bh=bh, nt=nt, pu=pu, pipe=pipe),
+                                            xsmem, wsmem))
                 break  # weights in shared memory when they fit
         if out:
             break      # input from global memory only when no band fits in shared memory
@@ -260,6 +303,11 @@ def plan(M: int, C: int, H: int, W: int, K: int, pool: int = 1, config=None,
         if not full:
             raise ValueError(f"config {cfg} does not fit this layer's shared memory")
         return full[0]
+    tuned = TUNED.get((M, C, H, W, K, pool))
+    if tuned is not None:
+        full = _complete(M, C, H, W, K, pool, RegTileConfig(**tuned), smem_optin, smem_per_sm)
+        if full:
+            return full[0]
     found = candidate_configs(M, C, H, W, K, pool, smem_optin, smem_per_sm)
     if not found:
         raise ValueError(f"no launch configuration for M={M} C={C} H={H} W={W} K={K} pool={pool}")
@@ -304,7 +352,7 @@ class RegTileLayer:
     def __call__(self, x: torch.Tensor, out: Optional[torch.Tensor]) -> torch.Tensor:
         batch = x.shape[0]
         y, result = cc.output(out, self.out_shape(batch), x)
-        if self.geom.vec_out and y.data_ptr() % 16:
+        if (self.geom.vec_out or self.geom.vec2_out) and y.data_ptr() % 16:
             y = torch.empty_like(y)  # 16-byte stores need an aligned buffer (torch allocations always are)
         if batch:
             units = batch * self.geom.nb

@@ -83,6 +83,65 @@ def floor_ms(shape, batch, pool, copy_gbps, matmul_gflops) -> float:
     return 1e3 * max(s.bytes_moved(out) / (copy_gbps * 1e9), s.flops / (matmul_gflops * 1e9))
 
 
+def parse_variants(text: str) -> list[dict]:
+    """'pipe=0;minb=2,pu=1' -> [{'pipe': 0}, {'minb': 2, 'pu': 1}]"""
+    out = []
+    for part in text.split(";"):
+        if part.strip():
+            out.append({k.strip(): int(v) for k, v in (kv.split("=") for kv in part.split(","))})
+    return out
+
+
+def sweep_geoms(shape, pool, n, variants):
+    """The n best-modelled launch shapes of one layer, then the default with each variant's fields changed."""
+    from dataclasses import replace
+    from convforge.conv import cuda_fused_gemm
+    geoms = cuda_fused_gemm.candidate_configs(*shape, pool=pool)[:n]
+    if geoms and variants:
+        base = cuda_fused_gemm.plan(*shape, pool=pool).cfg
+        for v in variants:
+            try:
+                geoms.append(cuda_fused_gemm.plan(*shape, pool=pool, config=replace(base, **v)))
+            except ValueError as exc:
+                print(f"skip variant {v} for {shape} pool {pool}: {exc}", flush=True)
+    seen, out = set(), []
+    for g in geoms:
+        key = (g.cfg, g.xsmem, g.wsmem)
+        if key not in seen:
+            seen.add(key)
+            out.append(g)
+    return out
+
+
+def _compile_one(spec) -> str:
+    from convforge.conv import cuda_common as cc
+    try:
+        cc.module(spec).get_function("conv_regtile")   # NVRTC, then CuPy's disk cache
+        return ""
+    except Exception as exc:  # reported again (with its layer) when the sweep reaches it
+        return f"{spec.options()}: {exc}"
+
+
+def precompile(layers, n, variants, jobs) -> None:
+    """Fill CuPy's kernel disk cache for every kernel the sweep will run, in parallel processes."""
+    import multiprocessing
+    import time
+    from convforge.conv import cuda_common as cc
+    specs = set()
+    for label, shape, fusion in layers:
+        for fz in [None] + ([fusion] if fusion else []):
+            pool = fz[1] if fz else 1
+            act = cc.activation_code(fz[0]) if fz else 0
+            for geom in sweep_geoms(shape, pool, n, variants):
+                specs.add(geom.spec(act))
+    t0 = time.perf_counter()
+    with multiprocessing.get_context("spawn").Pool(jobs) as workers:
+        errors = [e for e in workers.map(_compile_one, sorted(specs, key=str)) if e]
+    print(f"precompiled {len(specs)} kernels in {time.perf_counter() - t0:.1f} s, {len(errors)} failed", flush=True)
+    for e in errors[:5]:
+        print("  ", e[:400], flush=True)
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--impls", default=",".join(CUDA_IMPLS))
@@ -91,6 +150,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--batch", type=int, default=10000)
     p.add_argument("--repeat", type=int, default=10)
     p.add_argument("--sweep", type=int, default=0, metavar="N")
+    p.add_argument("--variants", default="", metavar="K=V[,K=V];...",
+                   help="with --sweep: also time the default launch shape with these fields changed")
+    p.add_argument("--jobs", type=int, default=0, help="with --sweep: compile every kernel first in N processes")
     p.add_argument("--write-auto", default="")
     p.add_argument("--copy-gbps", type=float, default=4220.0)
     p.add_argument("--matmul-gflops", type=float, default=51200.0)
@@ -102,6 +164,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     impls = [conv.get(n) for n in args.impls.split(",") if n]
     wanted = {s.strip() for s in args.layers.split(",") if s.strip()}
     layers = [l for l in preset_layers() if not wanted or l[0] in wanted]
+    variants = parse_variants(args.variants)
+    if args.sweep and args.jobs > 1:
+        precompile(layers, args.sweep, variants, args.jobs)
     rows, failures, best = [], 0, {}
     g = torch.Generator().manual_seed(0)
     for label, shape, fusion in layers:
@@ -136,8 +201,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         if args.sweep:
             for fz in [None] + ([fusion] if fusion else []):
                 pool = fz[1] if fz else 1
-                geoms = cuda_fused_gemm.candidate_configs(*shape, pool=pool)[:args.sweep]
-                for geom in geoms:
+                for geom in sweep_geoms(shape, pool, args.sweep, variants):
                     try:
                         fn = (cuda_fused_layer.prepare_fused(w, b, fz[0], pool, config=geom.cfg) if fz
                               else cuda_fused_gemm.prepare(w, b, config=geom.cfg))
@@ -154,7 +218,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                     if ms == ms and (key not in best or ms < best[key][1]):
                         name = "cuda-fused-layer" if fz else "cuda-fused-gemm"
                         cfg = {k: v for k, v in cuda_fused_gemm.describe(geom).items()
-                               if k in ("tm", "ht", "wt", "nt", "bh", "minb", "pu")}
+                               if k in ("tm", "ht", "wt", "nt", "bh", "minb", "pu", "pipe")}
                         best[key] = (name, ms, cfg)
     if args.write_auto and best:
         entries = [{"M": s[0], "C": s[1], "H": s[2], "W": s[3], "K": s[4], "pool": pool, "impl": name,

@@ -12,7 +12,10 @@
 //
 // Block: a persistent loop over units (one image x a band of CF_BH output rows). Per unit the block
 // stages all C channels of the CF_BH+K-1 input rows into shared memory (coalesced row copies, zero
-// padding to PITCH columns, read once from device memory), then its CF_NT threads walk the unit's
+// padding to PITCH columns, read once from device memory; CF_PIPE 1: cp.async, every copy of the band in
+// flight at once; CF_PIPE 2 (default): cp.async into a second buffer, the next unit's band loading while
+// this one is computed; CF_PIPE 0: plain load + store, one device-memory latency per row copy, which made
+// the staging the bottleneck of the few-channel layers), then its CF_NT threads walk the unit's
 // ITEMS = map groups x row tiles x column groups work items. The filter bank, transposed on the host
 // to [c][p][q][group][GS] (maps fastest; GS = TM rounded up to 4; zero padded), is staged once per block.
 // CF_XSMEM=0 / CF_WSMEM=0 read input / weights from global memory instead (shapes too large for
@@ -61,6 +64,9 @@
 #ifndef CF_WSMEM
 #define CF_WSMEM 1
 #endif
+#ifndef CF_PIPE
+#define CF_PIPE 2
+#endif
 
 namespace {
 
@@ -83,16 +89,67 @@ constexpr int XWL = XVEC ? (XW + 3) / 4 * 4 : XW;
 constexpr int PITCH0 = (G - 1) * WT + XWL > W ? (G - 1) * WT + XWL : W;
 constexpr int PITCH = XVEC ? (PITCH0 + 3) / 4 * 4 : PITCH0;     // shared row length (zero padded)
 constexpr int XR = BH + K - 1;                                  // staged input rows per channel
-constexpr int XS_FLOATS = CF_XSMEM ? (C * XR * PITCH + 3) / 4 * 4 : 0;
+constexpr int PIPE = CF_XSMEM ? CF_PIPE : 0;                   // 0 plain copy, 1 cp.async, 2 + double buffer
+constexpr int XS_ONE = CF_XSMEM ? (C * XR * PITCH + 3) / 4 * 4 : 0;   // floats of one staged band
+constexpr int XS_FLOATS = (PIPE == 2 ? 2 : 1) * XS_ONE;
 constexpr int WS_FLOATS = CF_WSMEM ? C * K * K * MP : 0;
 constexpr int NWARPS = NT / 32;
 constexpr bool VEC_OUT = POOL == 1 && WT % 4 == 0 && WO % 4 == 0;   // 16-byte stores (host keeps y 16-byte aligned)
+constexpr bool VEC2_OUT = POOL == 1 && !VEC_OUT && WT % 2 == 0 && WO % 2 == 0;   // else 8-byte stores
 constexpr int PUNROLL = CF_PUNROLL;                             // unroll of the kernel-row loop
 
 static_assert(NT % 32 == 0, "CF_NT must be a multiple of 32");
 static_assert(BH % HT == 0, "CF_BH must be a multiple of CF_HT");
 static_assert(HT % POOL == 0 && WT % POOL == 0, "a thread tile must cover whole pooling windows");
 static_assert(HE >= 1 && WE >= 1, "empty output");
+static_assert(PIPE >= 0 && PIPE <= 2, "CF_PIPE is 0, 1 or 2");
+
+// Asynchronous 4-byte global -> shared copies (cp.async, sm_80+): the staging loop issues every copy of a
+// band without waiting on any (a plain load + store serialises one device-memory latency per row);
+// out-of-range elements are zero-filled (src-size 0). The host emulation copies synchronously.
+__device__ __forceinline__ void copy_async4(float* dst, const float* src, bool valid)
+{
+#if defined(__CUDA_ARCH__)
+    unsigned d;
+    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(d) : "l"(dst));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" :: "r"(d), "l"(src), "r"(valid ? 4 : 0) : "memory");
+#else
+    *dst = valid ? *src : 0.0f;
+#endif
+}
+
+__device__ __forceinline__ void copy_commit()
+{
+#if defined(__CUDA_ARCH__)
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+
+template <int N>
+__device__ __forceinline__ void copy_wait()
+{
+#if defined(__CUDA_ARCH__)
+    asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
+#endif
+}
+
+// Issue the copies of unit u's band (all C channels, XR rows, PITCH columns, zero padded) into dst.
+__device__ __forceinline__ void stage_async(float* dst, const float* __restrict__ x, long long u, int lane, int warp)
+{
+    const long long b = u / NB;
+    const int row0 = (int)(u - b * NB) * BH;
+    const float* const xb = x + b * (long long)(C * H * W);
+    for (int rr = warp; rr < C * XR; rr += NWARPS) {
+        const int c = rr / XR, r = rr - c * XR, gr = row0 + r;
+        const float* src = xb + (c * H + min(gr, H - 1)) * W;
+        float* d = dst + rr * PITCH;
+#pragma unroll
+        for (int k = 0; k < (PITCH + 31) / 32; ++k) {
+            const int col = lane + 32 * k;
+            if (col < PITCH) copy_async4(d + col, src + min(col, W - 1), gr < H && col < W);
+        }
+    }
+}
 
 __device__ __forceinline__ float activate(float v)
 {
@@ -153,12 +210,32 @@ conv_regtile(float* __restrict__ y, const float* __restrict__ x, const float* __
     const float* const wsrc = CF_WSMEM ? ws : wt;
 
     const long long units = (long long)B * NB;
+    if constexpr (PIPE == 2) {                                  // prefetch the first unit's band
+        if ((long long)blockIdx.x < units) stage_async(xs, x, blockIdx.x, lane, warp);
+        copy_commit();
+    }
+    int buf = 0;
     for (long long u = blockIdx.x; u < units; u += gridDim.x) {
         const long long b = u / NB;
         const int row0 = (int)(u - b * NB) * BH;               // first conv output row of this band
         const float* const xb = x + b * (long long)(C * H * W);
+        const float* const xcur = xs + buf * XS_ONE;            // this unit's staged band
 
-        if constexpr (CF_XSMEM) {
+        if constexpr (PIPE == 2) {
+            // the next unit's band goes into the other buffer while this one is computed (that buffer was
+            // last read in the previous iteration, which ended with a barrier)
+            const long long un = u + gridDim.x;
+            if (un < units) stage_async(xs + (buf ^ 1) * XS_ONE, x, un, lane, warp);
+            copy_commit();
+            copy_wait<1>();                                     // this unit's copies (the older group) landed
+            __syncthreads();
+        } else if constexpr (PIPE == 1) {
+            __syncthreads();                                    // the previous unit is done with xs
+            stage_async(xs, x, u, lane, warp);
+            copy_commit();
+            copy_wait<0>();
+            __syncthreads();
+        } else if constexpr (CF_XSMEM) {
             __syncthreads();                                    // the previous unit is done with xs
             for (int rr = warp; rr < C * XR; rr += NWARPS) {
                 const int c = rr / XR, r = rr - c * XR, gr = row0 + r;
@@ -194,7 +271,7 @@ conv_regtile(float* __restrict__ y, const float* __restrict__ x, const float* __
                 for (int p = 0; p < K; ++p) {
                     float xv[HT][XWL];
                     if constexpr (CF_XSMEM) {
-                        const float* xp = xs + (c * XR + lr0 + p) * PITCH + ow0;
+                        const float* xp = xcur + (c * XR + lr0 + p) * PITCH + ow0;
 #pragma unroll
                         for (int r = 0; r < HT; ++r) {
                             if constexpr (XVEC) {
@@ -252,6 +329,12 @@ conv_regtile(float* __restrict__ y, const float* __restrict__ x, const float* __
                                 if (ow0 + j < WO)
                                     y4[j >> 2] = make_float4(activate(acc[r][j][t]), activate(acc[r][j + 1][t]),
                                                              activate(acc[r][j + 2][t]), activate(acc[r][j + 3][t]));
+                        } else if constexpr (VEC2_OUT) {
+                            float2* y2 = reinterpret_cast<float2*>(y) + (base >> 1) + (t * HO * WO + r * WO) / 2;
+#pragma unroll
+                            for (int j = 0; j < WT; j += 2)
+                                if (ow0 + j < WO)
+                                    y2[j >> 1] = make_float2(activate(acc[r][j][t]), activate(acc[r][j + 1][t]));
                         } else {
                             float* yrow = y + base + (t * HO * WO + r * WO);
 #pragma unroll
@@ -277,6 +360,10 @@ conv_regtile(float* __restrict__ y, const float* __restrict__ x, const float* __
                     }
                 }
             }
+        }
+        if constexpr (PIPE == 2) {
+            __syncthreads();                                    // all reads of xcur done before it is refilled
+            buf ^= 1;
         }
     }
 }
