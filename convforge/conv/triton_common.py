@@ -1,0 +1,419 @@
+"""triton_common: what the Triton convolution modules share (not a registry entry).
+
+The inner loop of the direct kernels (``conv_tile``), the fused activations, the plan that splits the M
+output maps into register-sized passes, the wrapper chores (argument checks, out buffers, cutting a
+batch so that every offset fits in int32), and two tools:
+
+    python -m convforge.conv.triton_common bench [--batch 10000] [--layers fa17,sp18] [--sweep]
+        times every Triton kernel on every preset layer on a GPU, against the H200 roofline floor;
+    python -m convforge.conv.triton_common sass [--layers ...] [--gemm]
+        compiles the same kernels for sm_90 on any machine (Triton ships ptxas) and reports registers,
+        spills, shared memory and the FFMA share of the hot loop: the layout checks behind the design.
+
+Under Triton's interpreter (TRITON_INTERPRET=1, set before Triton is imported) the same kernels run on
+the CPU on CPU tensors; ``INTERPRET`` tells the modules to skip autotuning there.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover - the registry reports the missing package before we get here
+    triton = None
+    tl = None
+
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+ACTIVATION_CODES = {None: 0, "tanh": 1, "relu": 2, "sigmoid": 3}
+
+# Offsets inside the kernels are int32: a launch covers at most this many elements of x or of y.
+INT32_LIMIT = 2**31 - 1
+
+
+def unavailable_reason() -> Optional[str]:
+    if triton is None:
+        return "needs the Python package 'triton': pip install 'convforge[triton]'"
+    return None
+
+
+# -- planning ---------------------------------------------------------------------------------------
+
+def pow2_at_least(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+@dataclass(frozen=True)
+class MapPlan:
+    """How a kernel covers M output maps: ``count`` passes of (a, b) maps, then one tail pass of (ta, tb).
+
+    A pass keeps R x (a + b) running sums per lane and loads each input value once for all of its
+    maps; a and b are powers of two (b, ta, tb may be 0), so the sums live in two register tiles.
+    ``width`` is the packed weights' row length (M plus any zero padding).
+    """
+    a: int
+    b: int
+    count: int
+    ta: int = 0
+    tb: int = 0
+
+    @property
+    def width(self) -> int:
+        return (self.a + self.b) * self.count + self.ta + self.tb
+
+    def constants(self) -> dict:
+        return dict(GA=self.a, GB=self.b, N=self.count, TA=self.ta, TB=self.tb)
+
+
+def _pass_cost(a: int, b: int, r: int) -> float:
+    """Issue slots per tap and lane: R x (a + b) FMAs, R input loads, one weight load per 4 maps."""
+    return r * (a + b) + r + -(-a // 4) + -(-b // 4)
+
+
+def plan_maps(maps: int, positions_per_thread: int, max_per_pass: int) -> MapPlan:
+    """The cheapest cover of M maps by passes of at most ``max_per_pass`` maps (see MapPlan).
+
+    Cost per tap: multiply-adds on padded (zero) maps are wasted, and every pass reloads its inputs;
+    the plan minimises their sum, e.g. M=50 -> 2 x (16+8) + (2), M=6 -> (4+2), M=12 -> (8+4).
+    """
+    if maps < 1:
+        raise ValueError("a convolution needs at least one output map")
+    r = positions_per_thread
+    pows = [1 << k for k in range(max_per_pass.bit_length()) if (1 << k) <= max_per_pass]
+    shapes = [(a, b) for a in pows for b in [0] + pows if b <= a and a + b <= max_per_pass]
+
+    def cover(m: int) -> tuple[float, tuple[int, int]]:
+        """Cheapest single pass holding at least m maps."""
+        fits = [(a, b) for a, b in shapes if a + b >= m]
+        if not fits:
+            return float("inf"), (0, 0)
+        cost, _, a, b = min((_pass_cost(a, b, r), b, a, b) for a, b in fits)  # ties: one tile, not two
+        return cost, (a, b)
+
+    best = None
+    for a, b in shapes:
+        size = a + b
+        count, rest = divmod(maps, size)
+        if count == 0:
+            continue
+        tail_cost, (ta, tb) = cover(rest) if rest else (0.0, (0, 0))
+        total = count * _pass_cost(a, b, r) + tail_cost
+        key = (total, count + (1 if rest else 0), -size)
+        if best is None or key < best[0]:
+            best = (key, MapPlan(a, b, count, ta, tb))
+    single_cost, (a, b) = cover(maps)
+    if best is None or single_cost <= best[0][0]:
+        return MapPlan(a, b, 1)
+    return best[1]
+
+
+def vector_width(width: int, kernel: int, positions_per_thread: int, unrolled: bool = True) -> int:
+    """Neighbouring output positions a lane owns: the largest of 4, 2, 1 dividing W and W-K+1 (so runs
+    never straddle rows and stay aligned in x and y) and the lane's positions.
+
+    Only when the channel loop is unrolled: a run-time loop carries its sums in Triton's default layout
+    (one position per lane), and a wider load layout would then be shuffled through shared memory at
+    every tap (seen in the TTGIR of Triton 3.6).
+    """
+    if not unrolled:
+        return 1
+    for v in (4, 2):
+        if width % v == 0 and (width - kernel + 1) % v == 0 and positions_per_thread % v == 0:
+            return v
+    return 1
+
+
+def pack_weights(weight: torch.Tensor, width: int) -> torch.Tensor:
+    """(M, C, K, K) -> (C*K*K, width) float32, tap-major, maps contiguous, zero columns past M."""
+    maps = weight.shape[0]
+    packed = torch.zeros((weight[0].numel(), width), dtype=torch.float32, device=weight.device)
+    packed[:, :maps] = weight.detach().reshape(maps, -1).t().to(torch.float32)
+    return packed.contiguous()
+
+
+def pack_bias(bias: Optional[torch.Tensor], width: int, like: torch.Tensor) -> torch.Tensor:
+    """Bias padded with zeros to ``width``; a one-element dummy when there is none (never read)."""
+    if bias is None:
+        return torch.zeros(1, dtype=torch.float32, device=like.device)
+    packed = torch.zeros(width, dtype=torch.float32, device=like.device)
+    packed[:bias.numel()] = bias.detach().reshape(-1).to(torch.float32)
+    return packed
+
+
+# -- wrapper chores ----------------------------------------------------------------------------------
+
+def check_input(x: torch.Tensor, channels: int, kernel: int) -> None:
+    if x.dim() != 4 or x.shape[1] != channels:
+        raise ValueError(f"expected input (B, {channels}, H, W), got {tuple(x.shape)}")
+    if x.dtype != torch.float32:
+        raise TypeError(f"expected float32 input, got {x.dtype}")
+    if x.shape[2] < kernel or x.shape[3] < kernel:
+        raise ValueError(f"input {x.shape[2]}x{x.shape[3]} is smaller than the {kernel}x{kernel} kernel")
+
+
+def output_for(out: Optional[torch.Tensor], shape: tuple[int, ...],
+               x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(buffer the kernel writes, tensor to return): ``out`` itself when usable, else a fresh tensor."""
+    if out is None:
+        y = torch.empty(shape, dtype=torch.float32, device=x.device)
+        return y, y
+    if tuple(out.shape) != tuple(shape) or out.dtype != torch.float32 or out.device != x.device:
+        raise ValueError(f"out must be float32 {tuple(shape)} on {x.device}, got {out.dtype} "
+                         f"{tuple(out.shape)} on {out.device}")
+    if out.is_contiguous():
+        return out, out
+    return torch.empty(shape, dtype=torch.float32, device=x.device), out
+
+
+def finish(buffer: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
+    if buffer is not result:
+        result.copy_(buffer)
+    return result
+
+
+def batch_slices(batch: int, per_image: int, slack: int = 1 << 16) -> list[tuple[int, int]]:
+    """Cut the batch so that each launch's x and y stay under int32 offsets (one slice almost always)."""
+    step = max(1, (INT32_LIMIT - slack) // max(1, per_image))
+    return [(start, min(batch, start + step)) for start in range(0, batch, step)]
+
+
+def contiguous_input(x: torch.Tensor) -> torch.Tensor:
+    return x if x.is_contiguous() else x.contiguous()
+
+
+# -- device code shared by the direct and fused kernels -------------------------------------------------
+
+if triton is not None:
+
+    @triton.jit
+    def _tap(x_ptr, w_ptr, x_off, tap_x, tap_w, maps_a, maps_b, acc_a, acc_b, GB: tl.constexpr):
+        xv = tl.load(x_ptr + x_off + tap_x)[None, :]
+        acc_a += tl.load(w_ptr + tap_w + maps_a)[:, None] * xv
+        if GB > 0:
+            acc_b += tl.load(w_ptr + tap_w + maps_b)[:, None] * xv
+        return acc_a, acc_b
+
+    @triton.jit
+    def conv_tile(x_ptr, w_ptr, x_off, m0, GA: tl.constexpr, GB: tl.constexpr, WPITCH: tl.constexpr,
+                  BP: tl.constexpr, C: tl.constexpr, H: tl.constexpr, W: tl.constexpr, K: tl.constexpr,
+                  UNROLL_C: tl.constexpr):
+        """sum over c, p, q of x[x_off + c*H*W + p*W + q] * w[(c,p,q), m], for the maps m0 .. m0+GA-1
+        (first tile, (GA, BP)) and m0+GA .. m0+GA+GB-1 (second tile, (max(GB, 1), BP); unused if GB = 0).
+
+        ``x_off`` (BP,) holds each output position's top-left input offset. The tiles are laid out maps
+        x positions, so every map of a lane's positions is in that lane's registers: per tap a lane
+        loads its inputs once (one per position; a V-wide hinted x_off turns them into vector loads
+        shared across taps), one uniform 16-byte weight load per 4 maps, and GA + GB FMAs per position.
+        The K x K taps are unrolled (immediate offsets); the channels too when UNROLL_C. The caller's
+        hints decide the layout: it must match the sums' (see the kernels' comments).
+        """
+        maps_a = m0 + tl.arange(0, GA)
+        maps_b = m0 + GA + tl.arange(0, GB if GB > 0 else 1)
+        acc_a = tl.zeros([GA, BP], dtype=tl.float32)
+        acc_b = tl.zeros([GB if GB > 0 else 1, BP], dtype=tl.float32)
+        if UNROLL_C:
+            for c in tl.static_range(C):
+                for p in tl.static_range(K):
+                    for q in tl.static_range(K):
+                        acc_a, acc_b = _tap(x_ptr, w_ptr, x_off, c * H * W + p * W + q,
+                                            ((c * K + p) * K + q) * WPITCH, maps_a, maps_b, acc_a, acc_b, GB)
+        else:
+            for c in range(C):
+                for p in tl.static_range(K):
+                    for q in tl.static_range(K):
+                        acc_a, acc_b = _tap(x_ptr, w_ptr, x_off, c * H * W + p * W + q,
+                                            ((c * K + p) * K + q) * WPITCH, maps_a, maps_b, acc_a, acc_b, GB)
+        return acc_a, acc_b
+
+    @triton.jit
+    def activation(v, ACT: tl.constexpr):
+        """0: none, 1: tanh, 2: relu, 3: sigmoid; chosen at compile time, so no branch at run time.
+
+        exp2 and the fast 2-ulp division (tl.fdiv): about 9 instructions for tanh in SASS where tl.exp
+        and "/" take 15; absolute error ~1e-7.
+        """
+        if ACT == 1:   # tanh(v) = 1 - 2 / (1 + e^(2v)): e^(2v) = inf gives 1, 0 gives -1
+            v = 1.0 - tl.fdiv(tl.full(v.shape, 2.0, tl.float32), 1.0 + tl.exp2(v * 2.8853900817779268))
+        elif ACT == 2:
+            v = tl.maximum(v, 0.0)
+        elif ACT == 3:  # 1 / (1 + e^-v)
+            v = tl.fdiv(tl.full(v.shape, 1.0, tl.float32), 1.0 + tl.exp2(v * -1.4426950408889634))
+        return v
+
+
+# -- tools: a GPU benchmark of every Triton kernel on every preset layer, and an offline SASS report ----
+
+FLOOR_BANDWIDTH = 4.22e12   # H200, /work/shared/anchors/README.md: copy rate and fp32 GEMM rate
+FLOOR_FLOPS = 51.2e12
+
+
+def preset_layers(wanted: Sequence[str] = ()):
+    """(label, ConvShape at batch 1, fusion or None) for every conv layer of every preset architecture."""
+    from convforge.harness.verify import model_layers
+    from convforge.models import PRESETS
+    seen = set()
+    for preset in PRESETS.values():
+        arch = preset.architecture
+        if arch.name in seen or (wanted and not any(arch.name.startswith(w) for w in wanted)):
+            continue
+        seen.add(arch.name)
+        for spec in model_layers(arch):
+            yield spec.label, spec.shape, spec.fusion
+
+
+def floor_ms(shape, pool: Optional[int] = None) -> float:
+    """max(bytes / bandwidth, FLOPs / rate) in ms; with ``pool`` only the pooled output is written."""
+    ho, wo = shape.out_hw
+    out = None if pool is None else shape.B * shape.M * (ho // pool) * (wo // pool)
+    return max(shape.bytes_moved(out) / FLOOR_BANDWIDTH, shape.flops / FLOOR_FLOPS) * 1e3
+
+
+def _bench(args) -> int:  # pragma: no cover - needs a GPU
+    from triton.testing import do_bench
+    from convforge import conv
+    from convforge.conv import triton_direct, triton_fused_layer
+    from convforge.harness.check import poisoned, reference_layer, relative_error
+    if not torch.cuda.is_available():
+        print("no CUDA GPU: nothing to time")
+        return 1
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    print(f"{'layer':8s} {'kernel':46s} {'ms':>8s} {'floor':>7s} {'%floor':>7s} {'error':>8s}")
+    for label, shape1, fusion in preset_layers([w for w in args.layers.split(",") if w]):
+        s = shape1.with_batch(args.batch)
+        g = torch.Generator(device="cuda").manual_seed(1)
+        x = torch.rand((s.B, s.C, s.H, s.W), device="cuda", generator=g) * 255 - 64
+        w = torch.randn((s.M, s.C, s.K, s.K), device="cuda", generator=g) * 0.05
+        runs = []   # (label, fn, fusion)
+        for name in args.impls.split(","):
+            impl = conv.get(name)
+            if impl.fuses and fusion is not None:
+                runs.append((f"{name} {fusion[0]}+pool{fusion[1]}", impl.prepare_fused(w, None, *fusion), fusion))
+            if not impl.fuses or args.unfused or fusion is None:
+                runs.append((name, impl.prepare(w, None), None))
+        if args.sweep:
+            for cfg in triton_direct.SWEEP:
+                runs.append((f"  direct {cfg}", triton_direct.prepare(w, None, config=cfg), None))
+            if fusion is not None:
+                for cfg in triton_fused_layer.SWEEP:
+                    runs.append((f"  fused {cfg}", triton_fused_layer.prepare_fused(w, None, *fusion, config=cfg),
+                                 fusion))
+        for name, fn, fus in runs:
+            activation, pool = fus if fus else (None, None)
+            ho, wo = s.out_hw
+            out = torch.empty((s.B, s.M, ho // (pool or 1), wo // (pool or 1)), device="cuda")
+            # Timed first: the first call at the full batch is the one that autotunes (triton-gemm).
+            ms = do_bench(lambda: fn(x, out=out), warmup=25, rep=200, return_mode="median")
+            xc = x[:args.check_batch]
+            ref = reference_layer(xc, w, None, activation, pool)
+            error = relative_error(fn(xc, out=poisoned(ref.shape, "cuda")), ref)
+            fl = floor_ms(s, pool)
+            print(f"{label:8s} {name:46s} {ms:8.3f} {fl:7.3f} {100 * fl / ms:6.1f}% {error:8.1e}", flush=True)
+    return 0
+
+
+def _sass_stats(compiled) -> dict:
+    """Registers, spill bytes, shared memory and the FFMA share of the hottest loop (or of the kernel)."""
+    import collections
+    import re
+    import subprocess
+    import tempfile
+    tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as handle:
+        handle.write(compiled.asm["cubin"])
+        handle.flush()
+        sass = subprocess.run([os.path.join(tools, "cuobjdump"), "-sass", handle.name], capture_output=True,
+                              text=True, check=True).stdout
+        usage = subprocess.run([os.path.join(tools, "cuobjdump"), "-res-usage", handle.name],
+                               capture_output=True, text=True, check=True).stdout
+    code = []
+    for line in sass.splitlines():
+        m = re.match(r"\s+/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)(.*?);", line)
+        if m:
+            code.append((int(m.group(1), 16), m.group(2), m.group(3)))
+    body = code
+    for addr, op, rest in code:   # the longest backward branch: the channel loop, when there is one
+        t = re.search(r"0x([0-9a-f]+)", rest) if op == "BRA" else None
+        if t and int(t.group(1), 16) < addr:
+            loop = [c for c in code if int(t.group(1), 16) <= c[0] <= addr]
+            if len(loop) > 300 and (body is code or len(loop) > len(body)):
+                body = loop
+    ops = collections.Counter(op for _, op, _ in body)
+    return dict(regs=int(re.search(r"REG:(\d+)", usage).group(1)), spill=int(re.search(r"STACK:(\d+)", usage).group(1)),
+                smem=compiled.metadata.shared, ffma=ops["FFMA"] / max(1, len(body)), loop=body is not code,
+                mma=sum(v for o, v in ops.items() if "GMMA" in o or "HMMA" in o))
+
+
+def _sass(args) -> int:
+    """Compile each preset layer's kernels for sm_90 here (no GPU needed: Triton ships ptxas) and report."""
+    if INTERPRET or triton is None:
+        print("run without TRITON_INTERPRET (and with triton installed): this compiles real sm_90 code")
+        return 1
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from convforge.conv import triton_direct, triton_fused_layer, triton_gemm
+
+    def build(fn, pointers, constants, scalars=("B",)):
+        options = {k: constants.pop(k) for k in ("num_warps", "num_stages") if k in constants}
+        signature = {**{name: ("*i32" if name == "koff_ptr" else "*fp32") for name in pointers},
+                     **{name: "i32" for name in scalars}, **{k: "constexpr" for k in constants}}
+        attrs = {(i,): [["tt.divisibility", 16]] for i in range(len(pointers) + 1)}   # B = 10000
+        source = ASTSource(fn, signature=signature, constexprs=constants, attrs=attrs)
+        return triton.compile(source, target=GPUTarget("cuda", args.arch, 32), options=options)
+
+    def show(label, what, stats):
+        where = "loop" if stats["loop"] else "kernel"
+        extra = f" mma={stats['mma']}" if stats["mma"] else f" FFMA {100 * stats['ffma']:3.0f}% of the {where}"
+        flags = ("  SPILLS" if stats["spill"] else "") + ("  smem" if stats["smem"] else "")
+        print(f"{label:8s} {what:44s} regs {stats['regs']:3d}{extra}{flags}", flush=True)
+
+    pointers = ("x_ptr", "w_ptr", "b_ptr", "y_ptr")
+    for label, s, fusion in preset_layers([w for w in args.layers.split(",") if w]):
+        cfg = triton_direct.choose_config(s.M, s.C, s.K)
+        c = triton_direct.kernel_constants(s.M, s.C, s.K, s.H, s.W, False, cfg)
+        show(label, f"direct {cfg} V={c['V']}", _sass_stats(build(triton_direct._direct_kernel, pointers, c)))
+        if fusion is not None:
+            cfg = triton_fused_layer.choose_config(s.M, s.C, s.K, fusion[1])
+            c = triton_fused_layer.kernel_constants(s.M, s.C, s.K, s.H, s.W, False, *fusion, cfg)
+            show(label, f"fused {fusion[0]}+pool{fusion[1]} {cfg}",
+                 _sass_stats(build(triton_fused_layer._fused_kernel, pointers, c)))
+        if args.gemm:
+            for precision in ("ieee", "tf32"):
+                for config in triton_gemm._configs(precision):
+                    c = triton_gemm.kernel_constants(s.M, s.C, s.K, s.H, s.W, False, precision)
+                    c.update(config.kwargs, num_warps=config.num_warps, num_stages=config.num_stages)
+                    show(label, f"gemm {precision} {config.kwargs['BLOCK_P']}x{config.kwargs['BLOCK_K']} "
+                         f"w{config.num_warps} s{config.num_stages}",
+                         _sass_stats(build(triton_gemm._gemm_kernel, ("x_ptr", "koff_ptr") + pointers[1:], c,
+                                           ("B", "size_class"))))
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    import argparse
+    parser = argparse.ArgumentParser(prog="python -m convforge.conv.triton_common",
+                                     description="Triton kernels on the preset conv layers")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("bench", help="time every Triton kernel on every preset layer (needs a GPU)")
+    p.add_argument("--batch", type=int, default=10000)
+    p.add_argument("--layers", default="", help="comma-separated preset prefixes, e.g. fa17,sp18 (default all)")
+    p.add_argument("--impls", default="triton-direct,triton-gemm,triton-gemm-tf32,triton-fused-layer")
+    p.add_argument("--unfused", action="store_true", help="also time fusing kernels without their fusion")
+    p.add_argument("--sweep", action="store_true", help="also time the direct and fused tuning variants")
+    p.add_argument("--check-batch", type=int, default=4, help="images checked against float64 per kernel")
+    p = sub.add_parser("sass", help="compile for sm_90 here (no GPU) and report registers, spills, FFMA share")
+    p.add_argument("--layers", default="")
+    p.add_argument("--arch", type=int, default=90)
+    p.add_argument("--gemm", action="store_true", help="also every autotune config of the GEMM kernels")
+    args = parser.parse_args(argv)
+    return _bench(args) if args.command == "bench" else _sass(args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

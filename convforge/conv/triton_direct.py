@@ -1,0 +1,168 @@
+"""triton-direct: direct convolution in Triton, a tile of output positions x all maps per program.
+
+Technique: one program per BP = 32 x warps x R consecutive output positions, flattened over images,
+rows and columns (no tile wastes lanes on a row's end). Kernel size, channels and the input's shape are
+compile-time constants: every tap's offset is an immediate and the K x K taps (and the channels, when
+C*K*K <= 64) are unrolled. Each lane keeps R positions x a pass of up to 24 maps of sums in registers:
+per tap it loads its inputs once for all those maps, the pass's weights with uniform 16-byte loads, and
+issues R x maps FMAs. M is covered by register-sized passes of at most two power-of-two groups
+(50 = 2 x (16+8) + 2, 6 = 4+2, 24 = 16+8: no multiply-adds on padding). When V = 4 or 2 divides W and
+W-K+1, a lane owns runs of V neighbouring positions: its stores are V-wide vectors and its input row
+segments are loaded once as aligned vectors, LLVM forwarding the shifted taps' values from them (2 loads
+instead of 20 per row of a 5x5 kernel). Otherwise one position per lane: a warp still reads and writes
+32 neighbouring floats. The bias is added in the epilogue.
+Course step: milestone 3's direct kernel with milestone 4's optimisations: compile-time K and C (the
+constant-memory / template tricks), register tiling over output maps (input reuse), thread coarsening
+over positions, fused bias, coalesced and vectorised stores.
+Bottleneck: the C = 1 layers sit at the H200's ridge (each output float costs 2*K*K FLOPs and 4 bytes
+of writes): FP32 FMA issue and the DRAM write stream both run near their limits. The C = 4..12 layers
+are FMA-bound. In the sm_90 SASS 77-89 % of the issued instructions are FFMA (83-89 % for M >= 12;
+``python -m convforge.conv.triton_common sass``).
+"""
+
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from convforge.conv import triton_common as common
+
+triton, tl = common.triton, common.tl
+
+
+@dataclass(frozen=True)
+class Config:
+    positions_per_thread: int = 4   # R: sums per map each lane keeps
+    max_per_pass: int = 24          # maps per pass: R x that many accumulators per lane
+    num_warps: int = 4
+
+    @property
+    def block(self) -> int:
+        return 32 * self.num_warps * self.positions_per_thread
+
+    def __str__(self) -> str:
+        return f"R={self.positions_per_thread} maps<={self.max_per_pass} w={self.num_warps}"
+
+
+DEFAULT = Config()
+# Variants that ``python -m convforge.conv.triton_common bench --sweep`` times on a GPU.
+SWEEP = (Config(4, 24, 4), Config(8, 24, 4), Config(4, 16, 4), Config(8, 12, 4), Config(8, 8, 4),
+         Config(2, 32, 8), Config(4, 24, 8), Config(4, 32, 4))
+
+
+def choose_config(maps: int, channels: int, kernel: int) -> Config:
+    """Heuristic per layer shape (from the SASS: FFMA share of the tap loop, registers, no spills);
+    ``python -m convforge.conv.triton_common bench --sweep`` times the alternatives on a GPU."""
+    if maps <= 8 and unroll_channels(channels, kernel):
+        return Config(8, 24, 4)   # few maps: 8 positions per lane share each weight load (74 -> 79 % FFMA)
+    return DEFAULT
+
+
+if triton is not None:
+
+    @triton.jit
+    def _store(y_ptr, b_ptr, acc, y_off, valid, m0, MG: tl.constexpr, M: tl.constexpr, HOWO: tl.constexpr,
+               HAS_BIAS: tl.constexpr):
+        maps = m0 + tl.arange(0, MG)
+        if HAS_BIAS:
+            acc += tl.load(b_ptr + maps)[:, None]
+        tl.store(y_ptr + y_off[None, :] + maps[:, None] * HOWO, acc, mask=valid[None, :] & (maps[:, None] < M))
+
+    @triton.jit
+    def _pass(x_ptr, w_ptr, b_ptr, y_ptr, x_off, y_off, valid, m0, GA: tl.constexpr, GB: tl.constexpr,
+              WPITCH: tl.constexpr, BP: tl.constexpr, C: tl.constexpr, H: tl.constexpr, W: tl.constexpr,
+              K: tl.constexpr, M: tl.constexpr, HOWO: tl.constexpr, HAS_BIAS: tl.constexpr,
+              UNROLL_C: tl.constexpr):
+        acc_a, acc_b = common.conv_tile(x_ptr, w_ptr, x_off, m0, GA, GB, WPITCH, BP, C, H, W, K, UNROLL_C)
+        _store(y_ptr, b_ptr, acc_a, y_off, valid, m0, GA, M, HOWO, HAS_BIAS)
+        if GB > 0:
+            _store(y_ptr, b_ptr, acc_b, y_off, valid, m0 + GA, GB, M, HOWO, HAS_BIAS)
+
+    @triton.jit
+    def _direct_kernel(x_ptr, w_ptr, b_ptr, y_ptr, B,
+                       C: tl.constexpr, H: tl.constexpr, W: tl.constexpr, K: tl.constexpr, M: tl.constexpr,
+                       GA: tl.constexpr, GB: tl.constexpr, N: tl.constexpr, TA: tl.constexpr, TB: tl.constexpr,
+                       V: tl.constexpr, BP: tl.constexpr, HAS_BIAS: tl.constexpr, UNROLL_C: tl.constexpr):
+        HO: tl.constexpr = H - K + 1
+        WO: tl.constexpr = W - K + 1
+        HOWO: tl.constexpr = HO * WO
+        WPITCH: tl.constexpr = (GA + GB) * N + TA + TB
+        pos = tl.program_id(0) * BP + tl.arange(0, BP)
+        valid = pos < B * HOWO
+        b = tl.minimum(pos // HOWO, B - 1)      # past the end: re-read the last image, store nothing
+        r = pos % HOWO
+        h = r // WO
+        x_off = b * (C * H * W) + h * W + (r - h * WO)
+        y_off = b * (M * HOWO) + r
+        if V > 1:
+            # V divides W and WO, so each run of V positions lies in one row and starts at a multiple of
+            # V in x and in y: true hints that let every lane own V neighbouring positions, store them as
+            # one vector, and load each input row segment once (LLVM forwards the shifted taps' loads
+            # from the aligned vector loads).
+            x_off = tl.max_contiguous(tl.multiple_of(x_off, V), V)
+            y_off = tl.max_contiguous(tl.multiple_of(y_off, V), V)
+        else:
+            # One position per lane for loads and stores alike, as the sums' default layout: otherwise
+            # the coalescing pass may widen either and shuffle every tap through shared memory.
+            # (Hints must sit on values defined here, not on arguments.)
+            x_off = tl.multiple_of(x_off, 1)
+            y_off = tl.max_contiguous(tl.multiple_of(y_off, 1), 2)
+        for g in range(N):
+            _pass(x_ptr, w_ptr, b_ptr, y_ptr, x_off, y_off, valid, g * (GA + GB), GA, GB, WPITCH, BP, C, H, W, K,
+                  M, HOWO, HAS_BIAS, UNROLL_C)
+        if TA > 0:
+            _pass(x_ptr, w_ptr, b_ptr, y_ptr, x_off, y_off, valid, N * (GA + GB), TA, TB, WPITCH, BP, C, H, W, K,
+                  M, HOWO, HAS_BIAS, UNROLL_C)
+
+
+def unavailable_reason() -> Optional[str]:
+    return common.unavailable_reason()
+
+
+def unroll_channels(channels: int, kernel: int) -> bool:
+    """Unroll the channel loop too when that keeps the code small (at most 64 taps: the C = 1 layers)."""
+    return channels * kernel * kernel <= 64
+
+
+def kernel_constants(maps: int, channels: int, kernel: int, height: int, width: int, has_bias: bool,
+                     cfg: Config) -> dict:
+    """Every compile-time argument of _direct_kernel (and num_warps / num_stages) for one layer shape."""
+    plan = common.plan_maps(maps, cfg.positions_per_thread, cfg.max_per_pass)
+    unroll = unroll_channels(channels, kernel)
+    # num_stages=1: the channel loop's loads hit L1; software pipelining would stage them through
+    # shared memory for nothing (seen in the SASS).
+    return dict(C=channels, H=height, W=width, K=kernel, M=maps, **plan.constants(),
+                V=common.vector_width(width, kernel, cfg.positions_per_thread, unroll), BP=cfg.block,
+                HAS_BIAS=has_bias, UNROLL_C=unroll, num_warps=cfg.num_warps, num_stages=1)
+
+
+def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, config: Optional[Config] = None):
+    maps, channels, kernel, kernel_w = weight.shape
+    if kernel != kernel_w:
+        raise ValueError(f"square kernels only, got {kernel}x{kernel_w}")
+    cfg = config or choose_config(maps, channels, kernel)
+    plan = common.plan_maps(maps, cfg.positions_per_thread, cfg.max_per_pass)
+    packed = common.pack_weights(weight, plan.width)
+    packed_bias = common.pack_bias(bias, plan.width, weight)
+    launches: dict = {}   # input (H, W) -> constants: one dict lookup per call
+
+    def run(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+        common.check_input(x, channels, kernel)
+        batch, _, height, width = x.shape
+        ho, wo = height - kernel + 1, width - kernel + 1
+        buffer, result = common.output_for(out, (batch, maps, ho, wo), x)
+        constants = launches.get((height, width))
+        if constants is None:
+            constants = launches[(height, width)] = kernel_constants(maps, channels, kernel, height, width,
+                                                                     bias is not None, cfg)
+        x = common.contiguous_input(x)
+        for b0, b1 in common.batch_slices(batch, max(channels * height * width, maps * ho * wo)):
+            xs, ys = (x, buffer) if (b0, b1) == (0, batch) else (x[b0:b1], buffer[b0:b1])
+            grid = (triton.cdiv((b1 - b0) * ho * wo, cfg.block),)
+            _direct_kernel[grid](xs, packed, packed_bias, ys, b1 - b0, **constants)
+        return common.finish(buffer, result)
+
+    return run

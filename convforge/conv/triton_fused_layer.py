@@ -1,0 +1,233 @@
+"""triton-fused-layer: conv + bias + activation + max pool in one Triton kernel, writing only the pooled map.
+
+Technique: the direct convolution of triton-direct (compile-time shapes, unrolled taps, a lane holding
+R conv positions x a pass of up to 16 maps in registers, weights loaded once per tap for all of them)
+over the conv positions that the pooling windows cover, indexed (window row, window column, pooled
+output) so that Triton's default layout spreads pooled outputs over the lanes and keeps each lane's
+pool x pool window in its registers: both maxima are register operations, neighbouring taps of a lane
+read the same inputs (LLVM merges those loads: 36 loads instead of 100 per 2x2 window of a 5x5 conv),
+and no shared memory is used (when R < pool^2 the window's columns go to neighbouring lanes and their
+max is a warp shuffle). Bias and activation (tanh / relu / sigmoid, picked by a tl.constexpr, so no
+branch at run time) are applied once per pooled output: all three are monotone, so
+act(max(conv) + bias) = max(act(conv + bias)). Only the pooled map is written (pool^2 fewer bytes).
+Windows follow F.max_pool2d's floor semantics: rows and columns past the last whole window are never
+computed. A pool that is not a power of two loops over the window with a running max. ``prepare``
+(pool 1, no activation) is the plain convolution with the bias fused.
+Course step: milestone 4's kernel fusion ("fuse the unrolling, the matrix multiply and the pooling"),
+with the compile-time shapes and register tiling of the direct kernels.
+Bottleneck: FP32 FMA issue: with the output cut by pool^2 every course layer becomes compute-bound
+(the fused floor is the FLOP term). In the sm_90 SASS 76-86 % of the issued instructions are FFMA
+(``python -m convforge.conv.triton_common sass``); the rest are input and weight loads and the
+epilogue. The layers with 4-6 maps also lean on L1: a warp's input loads are strided by the pool.
+"""
+
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from convforge.conv import triton_common as common
+
+triton, tl = common.triton, common.tl
+
+
+@dataclass(frozen=True)
+class Config:
+    positions_per_thread: int = 4   # conv positions per lane (R); BP = 32 x warps x R per program
+    max_per_pass: int = 16          # maps per pass: R x maps sums + R x maps / pool running maxima
+    num_warps: int = 4
+
+    @property
+    def block(self) -> int:
+        return 32 * self.num_warps * self.positions_per_thread
+
+    def __str__(self) -> str:
+        return f"R={self.positions_per_thread} maps<={self.max_per_pass} w={self.num_warps}"
+
+
+DEFAULT = Config()
+SWEEP = (Config(4, 16, 4), Config(8, 8, 4), Config(4, 24, 4), Config(8, 12, 4), Config(4, 12, 4),
+         Config(4, 16, 8), Config(16, 8, 4))
+
+
+def choose_config(maps: int, channels: int, kernel: int, pool: int) -> Config:
+    """Heuristic per layer shape (from the SASS: FFMA share, registers, no spills);
+    ``python -m convforge.conv.triton_common bench --sweep`` times the alternatives on a GPU."""
+    if maps <= 8 and channels * kernel * kernel <= 64 and pool <= 2:
+        return Config(8, 8, 4)    # few maps: two pooled outputs per lane share each weight load
+    return DEFAULT
+
+
+def _is_pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+if triton is not None:
+
+    @triton.jit
+    def _pool_store(y_ptr, b_ptr, best, y_off, valid, m0, MG: tl.constexpr, M: tl.constexpr, HPWP: tl.constexpr,
+                    HAS_BIAS: tl.constexpr, ACT: tl.constexpr):
+        maps = m0 + tl.arange(0, MG)
+        if HAS_BIAS:
+            best += tl.load(b_ptr + maps)[:, None]
+        best = common.activation(best, ACT)
+        tl.store(y_ptr + y_off[None, :] + maps[:, None] * HPWP, best, mask=valid[None, :] & (maps[:, None] < M))
+
+    @triton.jit
+    def _window_max(best, acc, MG: tl.constexpr, PI: tl.constexpr, BPP: tl.constexpr, PJ: tl.constexpr,
+                    JL: tl.constexpr):
+        """Max over the window rows and columns that the tile holds side by side: (MG, PI*PJ*BPP) sums
+        -> (MG, BPP). Rows sit in each lane's registers; columns too, or in neighbouring lanes (JL)."""
+        if JL:
+            acc = tl.max(tl.max(tl.reshape(acc, [MG, PI, BPP, PJ]), axis=3), axis=1)
+        else:
+            acc = tl.max(tl.max(tl.reshape(acc, [MG, PI, PJ, BPP]), axis=2), axis=1)
+        return tl.maximum(best, acc)
+
+    @triton.jit
+    def _pass(x_ptr, w_ptr, b_ptr, y_ptr, x_off, y_off, valid, m0, GA: tl.constexpr, GB: tl.constexpr,
+              WPITCH: tl.constexpr, BP: tl.constexpr, BPP: tl.constexpr, C: tl.constexpr, H: tl.constexpr,
+              W: tl.constexpr, K: tl.constexpr, M: tl.constexpr, HPWP: tl.constexpr, P: tl.constexpr,
+              PI: tl.constexpr, PJ: tl.constexpr, JL: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
+              UNROLL_C: tl.constexpr):
+        GBX: tl.constexpr = GB if GB > 0 else 1
+        best_a = tl.full([GA, BPP], float("-inf"), tl.float32)
+        best_b = tl.full([GBX, BPP], float("-inf"), tl.float32)
+        # Window rows and columns the tile does not hold side by side (only for a pool that is not a
+        # power of two): loops with a running max.
+        for ii in range(P // PI):
+            for jj in tl.static_range(P // PJ):
+                acc_a, acc_b = common.conv_tile(x_ptr, w_ptr, x_off + (ii * W + jj), m0, GA, GB, WPITCH, BP,
+                                                C, H, W, K, UNROLL_C)
+                best_a = _window_max(best_a, acc_a, GA, PI, BPP, PJ, JL)
+                if GB > 0:
+                    best_b = _window_max(best_b, acc_b, GBX, PI, BPP, PJ, JL)
+        _pool_store(y_ptr, b_ptr, best_a, y_off, valid, m0, GA, M, HPWP, HAS_BIAS, ACT)
+        if GB > 0:
+            _pool_store(y_ptr, b_ptr, best_b, y_off, valid, m0 + GA, GBX, M, HPWP, HAS_BIAS, ACT)
+
+    @triton.jit
+    def _fused_kernel(x_ptr, w_ptr, b_ptr, y_ptr, B,
+                      C: tl.constexpr, H: tl.constexpr, W: tl.constexpr, K: tl.constexpr, M: tl.constexpr,
+                      P: tl.constexpr, PI: tl.constexpr, PJ: tl.constexpr, JL: tl.constexpr, ACT: tl.constexpr,
+                      GA: tl.constexpr, GB: tl.constexpr, N: tl.constexpr, TA: tl.constexpr, TB: tl.constexpr,
+                      BP: tl.constexpr, HAS_BIAS: tl.constexpr, UNROLL_C: tl.constexpr):
+        HP: tl.constexpr = (H - K + 1) // P
+        WP: tl.constexpr = (W - K + 1) // P
+        HPWP: tl.constexpr = HP * WP
+        BPP: tl.constexpr = BP // (PI * PJ)          # pooled outputs per program
+        WPITCH: tl.constexpr = (GA + GB) * N + TA + TB
+        # The tile's BP conv positions, indexed by window row i < PI, window column j < PJ and pooled
+        # output k < BPP, with k fastest (or k, j when JL). Triton's default layout spreads the fastest
+        # index over lanes and warps and gives each lane the rest in registers: the window's rows (and
+        # columns) are then side by side in a lane and both maxima need no shared memory; with the
+        # columns in registers, neighbouring taps of a lane read the same inputs (LLVM merges those
+        # loads), with JL a warp reads 32 neighbouring input columns and the columns' max is a shuffle.
+        idx = tl.arange(0, BP)
+        if JL:
+            i = idx // (BPP * PJ)
+            k = (idx // PJ) % BPP
+            j = idx % PJ
+        else:
+            i = idx // (PJ * BPP)
+            j = (idx // BPP) % PJ
+            k = idx % BPP
+        pp = tl.program_id(0) * BPP + k
+        b = tl.minimum(pp // HPWP, B - 1)            # past the end: re-read the last image, store nothing
+        r = pp % HPWP
+        ph = r // WP
+        x_off = b * (C * H * W) + (P * ph + i) * W + P * (r - ph * WP) + j
+        # One position per lane, as the sums' default layout: Triton would otherwise prove some columns
+        # contiguous, widen the loads, and shuffle every tap's input through shared memory.
+        x_off = tl.multiple_of(x_off, 1)
+        opos = tl.program_id(0) * BPP + tl.arange(0, BPP)
+        valid = opos < B * HPWP
+        ob = tl.minimum(opos // HPWP, B - 1)
+        y_off = tl.max_contiguous(tl.multiple_of(ob * (M * HPWP) + opos % HPWP, 1), 2)
+        for g in range(N):
+            _pass(x_ptr, w_ptr, b_ptr, y_ptr, x_off, y_off, valid, g * (GA + GB), GA, GB, WPITCH, BP, BPP,
+                  C, H, W, K, M, HPWP, P, PI, PJ, JL, HAS_BIAS, ACT, UNROLL_C)
+        if TA > 0:
+            _pass(x_ptr, w_ptr, b_ptr, y_ptr, x_off, y_off, valid, N * (GA + GB), TA, TB, WPITCH, BP, BPP,
+                  C, H, W, K, M, HPWP, P, PI, PJ, JL, HAS_BIAS, ACT, UNROLL_C)
+
+
+def unavailable_reason() -> Optional[str]:
+    return common.unavailable_reason()
+
+
+def window_split(pool: int, positions_per_thread: int) -> tuple[int, int, bool]:
+    """(PI, PJ, JL): window rows and columns a tile holds side by side, and whether the columns sit in
+    neighbouring lanes (JL) rather than in each lane's registers.
+
+    A lane's R positions take a window's rows, then its columns when R >= pool^2; otherwise the columns
+    go to neighbouring lanes. A pool that is not a power of two (or rows that do not fit) falls back to
+    loops with a running max (PI = 1 and/or PJ = 1).
+    """
+    if not _is_pow2(pool):
+        return 1, 1, False
+    if positions_per_thread % (pool * pool) == 0:
+        return pool, pool, False
+    return (pool if positions_per_thread % pool == 0 else 1), pool, True
+
+
+def kernel_constants(maps: int, channels: int, kernel: int, height: int, width: int, has_bias: bool,
+                     activation: Optional[str], pool: int, cfg: Config) -> dict:
+    """Every compile-time argument of _fused_kernel (and num_warps / num_stages) for one layer shape."""
+    plan = common.plan_maps(maps, cfg.positions_per_thread, cfg.max_per_pass)
+    rows, cols, cols_in_lanes = window_split(pool, cfg.positions_per_thread)
+    return dict(C=channels, H=height, W=width, K=kernel, M=maps, P=pool, PI=rows, PJ=cols, JL=cols_in_lanes,
+                ACT=common.ACTIVATION_CODES[activation], **plan.constants(), BP=cfg.block, HAS_BIAS=has_bias,
+                UNROLL_C=channels * kernel * kernel <= 64, num_warps=cfg.num_warps, num_stages=1)
+
+
+def _prepare(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Optional[str], pool: int,
+             config: Optional[Config]):
+    maps, channels, kernel, kernel_w = weight.shape
+    if kernel != kernel_w:
+        raise ValueError(f"square kernels only, got {kernel}x{kernel_w}")
+    if activation not in common.ACTIVATION_CODES:
+        raise ValueError(f"unknown activation {activation!r}; choose tanh, relu, sigmoid or None")
+    if pool < 1:
+        raise ValueError(f"pool must be at least 1, got {pool}")
+    cfg = config or choose_config(maps, channels, kernel, pool)
+    plan = common.plan_maps(maps, cfg.positions_per_thread, cfg.max_per_pass)
+    packed = common.pack_weights(weight, plan.width)
+    packed_bias = common.pack_bias(bias, plan.width, weight)
+    rows, cols, _ = window_split(pool, cfg.positions_per_thread)
+    block_out = cfg.block // (rows * cols)
+    launches: dict = {}   # input (H, W) -> constants: one dict lookup per call
+
+    def run(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+        common.check_input(x, channels, kernel)
+        batch, _, height, width = x.shape
+        hp, wp = (height - kernel + 1) // pool, (width - kernel + 1) // pool
+        buffer, result = common.output_for(out, (batch, maps, hp, wp), x)
+        if hp == 0 or wp == 0 or batch == 0:
+            return common.finish(buffer, result)
+        constants = launches.get((height, width))
+        if constants is None:
+            constants = launches[(height, width)] = kernel_constants(
+                maps, channels, kernel, height, width, bias is not None, activation, pool, cfg)
+        x = common.contiguous_input(x)
+        for b0, b1 in common.batch_slices(batch, max(channels * height * width, maps * hp * wp)):
+            xs, ys = (x, buffer) if (b0, b1) == (0, batch) else (x[b0:b1], buffer[b0:b1])
+            grid = (triton.cdiv((b1 - b0) * hp * wp, block_out),)
+            _fused_kernel[grid](xs, packed, packed_bias, ys, b1 - b0, **constants)
+        return common.finish(buffer, result)
+
+    return run
+
+
+def prepare_fused(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Optional[str], pool: int,
+                  config: Optional[Config] = None):
+    """activation(conv(x) + bias), max-pooled over pool x pool windows of stride pool: only that is written."""
+    return _prepare(weight, bias, activation, int(pool), config)
+
+
+def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, config: Optional[Config] = None):
+    """The plain convolution (+ bias) through the same kernel: pool 1, no activation."""
+    return _prepare(weight, bias, None, 1, config)
