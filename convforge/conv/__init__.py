@@ -172,7 +172,7 @@ IMPLEMENTATIONS: tuple[ConvImpl, ...] = (
 _BY_NAME = {impl.name: impl for impl in IMPLEMENTATIONS}
 
 # What "--impl auto" picks, first available wins.
-AUTO_PREFERENCE = {"cuda": ("cuda-auto", "triton-gemm", "torch"), "cpu": ("cpu-parallel", "torch")}
+AUTO_PREFERENCE = {"cuda": ("cuda-auto", "triton-direct", "torch"), "cpu": ("cpu-parallel", "torch")}
 
 
 def names() -> list[str]:
