@@ -10,7 +10,7 @@ has() { [[ " $stages " == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 python3 -c "import torch, triton, cupy; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version(), 'triton', triton.__version__, 'cupy', cupy.__version__)"
 if has verify; then
-  python3 -m convforge verify --device cuda 2>&1 | tee "$OUT/verify_cuda.txt" | tail -25
+  CONVFORGE_TRITON_AUTOTUNE=0 python3 -m convforge verify --device cuda 2>&1 | tee "$OUT/verify_cuda.txt" | tail -25
 fi
 if has correct; then
   python3 scripts/gpu_correctness.py --out "$OUT/correctness.json" 2>&1 | tail -8

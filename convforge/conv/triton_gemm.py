@@ -22,6 +22,8 @@ exact kernel there; for tf32, the gather and the output write (the tensor cores 
 
 from __future__ import annotations
 
+import os
+
 from typing import Optional
 
 import torch
@@ -46,6 +48,7 @@ def _configs(precision: str):
 
 
 INTERPRETER_CONFIG = dict(BLOCK_P=64, BLOCK_K=16)
+AUTOTUNE = os.environ.get("CONVFORGE_TRITON_AUTOTUNE", "1") != "0"
 
 
 def _prune(configs, named_args, **kwargs):
@@ -95,8 +98,9 @@ if triton is not None:
     _AUTOTUNED = {}
 
     def _kernel_for(precision: str):
-        """The kernel, autotuned on a GPU (keyed on the layer shape), plain under the interpreter."""
-        if common.INTERPRET:
+        """The kernel, autotuned on a GPU (keyed on the layer shape), plain under the interpreter or when
+        CONVFORGE_TRITON_AUTOTUNE=0 (verification over many random shapes, where tuning each is wasted)."""
+        if common.INTERPRET or not AUTOTUNE:
             return _gemm_kernel
         if precision not in _AUTOTUNED:
             # cache_results: the choice is kept in Triton's cache directory, so only the first process
@@ -154,7 +158,7 @@ def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, precision
     packed[:kred, :maps] = weight.detach().reshape(maps, kred).t().to(torch.float32)
     packed_bias = common.pack_bias(bias, pitch, weight)
     kernel_fn = _kernel_for(input_precision)
-    extra = dict(INTERPRETER_CONFIG, num_warps=4, num_stages=1) if common.INTERPRET else {}
+    extra = dict(INTERPRETER_CONFIG, num_warps=4, num_stages=1) if common.INTERPRET or not AUTOTUNE else {}
     offsets: dict = {}     # input (H, W) -> (offset table, constants): one dict lookup per call
 
     def run(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
