@@ -13,30 +13,13 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
+from convforge.console import print_table
 from convforge.errors import UserError
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, exit 2, no usage dump
         raise UserError(f"{message} (see '{self.prog} --help')")
-
-
-def _console():
-    from rich.console import Console
-    console = Console(highlight=False)
-    if not console.is_terminal:
-        console = Console(highlight=False, width=160)
-    return console
-
-
-def _print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]], justify_right=()) -> None:
-    from rich.table import Table
-    table = Table(title=title, title_justify="left")
-    for col in columns:
-        table.add_column(col, justify="right" if col in justify_right else "left")
-    for row in rows:
-        table.add_row(*(str(v) for v in row))
-    _console().print(table)
 
 
 # ------------------------------------------------------------------------------------------ infer
@@ -128,7 +111,7 @@ def cmd_infer(args) -> int:
     rows = [(layer.index, f"{s.B} {s.M} {s.C} {s.H} {s.W} {s.K}", layer.impl + (f" (+{layer.fused})" if layer.fused else ""),
              f"{layer.op_time_s * 1e3:.3f} ms", f"{layer.gflops:.1f}")
             for layer in result.layers for s in [layer.shape]]
-    _print_table(f"{result.model} on {result.device}, {result.images} images", ("layer", "B M C H W K", "implementation",
+    print_table(f"{result.model} on {result.device}, {result.images} images", ("layer", "B M C H W K", "implementation",
                  "op time", "GFLOP/s"), rows, justify_right=("op time", "GFLOP/s"))
     print(f"one-time preparation (not in Op Time): {result.prepare_time_s:.3f} s; "
           f"whole forward pass: {result.total_time_s:.3f} s")
@@ -161,7 +144,7 @@ def cmd_models(args) -> int:
     if args.json:
         print(json.dumps([dict(zip(("model", "input", "convs", "accuracy", "layers"), r)) for r in rows], indent=2))
     else:
-        _print_table("presets (accuracy: first 10000 test images, shipped float16 weights)",
+        print_table("presets (accuracy: first 10000 test images, shipped float16 weights)",
                      ("model", "input", "conv layers (M x C x K x K)", "accuracy", "layers"), rows)
     return 0
 
@@ -178,7 +161,7 @@ def cmd_impls(args) -> int:
         print(json.dumps([dict(zip(("impl", "devices", "precision", "available", "why_not", "description"), r))
                           for r in rows], indent=2))
     else:
-        _print_table("convolution implementations", ("impl", "devices", "precision", "available here",
+        print_table("convolution implementations", ("impl", "devices", "precision", "available here",
                      "why not", "technique"), rows)
     return 0
 

@@ -18,7 +18,7 @@ import torch
 
 from convforge import conv
 from convforge.errors import UserError
-from convforge.models import Activation, Conv, ConvShape, Network, Pool, apply_layer
+from convforge.models import Conv, ConvShape, Network, apply_layer, fusion_after
 
 # Bound on the largest activation of one chunk, so memory stays flat for any number of images.
 CHUNK_BYTES = {"cpu": 256 << 20, "cuda": 4 << 30}
@@ -131,7 +131,7 @@ class Engine:
             if isinstance(layer, Conv):
                 conv_index += 1
                 weight, bias = self.params[f"{prefix}.weight"], self.params.get(f"{prefix}.bias")
-                fusion = self._fusable(walk, i) if fuse and self.impl.fuses else None
+                fusion = fusion_after(walk, i) if fuse and self.impl.fuses else None
                 shape = ConvShape(0, layer.out_channels, *shape_in, layer.kernel)
                 step.result = LayerResult(conv_index, shape, self.impl.name)
                 if fusion:
@@ -145,20 +145,6 @@ class Engine:
         if self.device == "cuda":
             torch.cuda.synchronize()
         self.prepare_time_s = time.perf_counter() - t0
-
-    @staticmethod
-    def _fusable(walk, i):
-        """(activation, pool, layers absorbed) when conv i is followed by [activation] and a square max pool."""
-        j = i + 1
-        activation = None
-        if j < len(walk) and isinstance(walk[j][0], Activation):
-            activation = walk[j][0].kind
-            j += 1
-        if j < len(walk) and isinstance(walk[j][0], Pool):
-            pool = walk[j][0]
-            if pool.kind == "max" and pool.step == pool.kernel and not pool.ceil_mode:
-                return activation, pool.kernel, j - i
-        return None
 
     def forward(self, x: torch.Tensor, timed: bool = True) -> torch.Tensor:
         """Forward pass of one chunk already on the device; adds each conv call's time to its layer.

@@ -326,6 +326,22 @@ def forward_with(architecture: Architecture, params: dict[str, torch.Tensor], x:
     return x
 
 
+def fusion_after(walk: list, i: int) -> Optional[tuple[Optional[str], int, int]]:
+    """What a fusing kernel can absorb after conv ``walk[i]`` (``walk = list(arch.walk())``):
+    (activation or None, pool size, layers absorbed) when an optional activation and a square,
+    non-overlapping max pool follow it; None otherwise."""
+    j = i + 1
+    activation = None
+    if j < len(walk) and isinstance(walk[j][0], Activation):
+        activation = walk[j][0].kind
+        j += 1
+    if j < len(walk) and isinstance(walk[j][0], Pool):
+        pool = walk[j][0]
+        if pool.kind == "max" and pool.step == pool.kernel and not pool.ceil_mode:
+            return activation, pool.kernel, j - i
+    return None
+
+
 def apply_layer(layer: Layer, x: torch.Tensor, params: dict[str, torch.Tensor], prefix: str) -> torch.Tensor:
     """Every non-convolution layer, in PyTorch (the engine swaps only the convolutions)."""
     if isinstance(layer, Activation):

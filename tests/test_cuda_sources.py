@@ -27,7 +27,7 @@ CUDA_MODULES = ("cuda_naive", "cuda_tiled", "cuda_constmem", "cuda_unroll_gemm",
 
 def _preset_layers():
     """Every distinct preset conv layer with the max pool a fusing kernel would absorb (1 = none)."""
-    from convforge.engine import Engine
+    from convforge.models import fusion_after
     seen = {}
     for preset in PRESETS.values():
         walk = list(preset.architecture.walk())
@@ -35,7 +35,7 @@ def _preset_layers():
             if type(layer).__name__ != "Conv":
                 continue
             shape = (layer.out_channels, *shape_in, layer.kernel)
-            fusion = Engine._fusable(walk, i)
+            fusion = fusion_after(walk, i)
             seen.setdefault(shape, fusion[:2] if fusion else None)
     return seen
 

@@ -1,0 +1,346 @@
+"""The harness: verify must reject known-wrong implementations and pass the right ones; bench's rows and CLI."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from convforge import conv
+from convforge.conv import ConvImpl
+from convforge.harness import bench, verify
+from convforge.harness.check import REFERENCE_ACTIVATIONS, check_call, random_case, reference_layer
+from convforge.models import ACTIVATIONS, PRESETS, ConvShape
+
+
+# ----------------------------------------------------------------------------- test implementations
+
+@dataclass(frozen=True)
+class FakeImpl(ConvImpl):
+    """A ConvImpl whose prepare functions live in this file rather than in a module of convforge.conv."""
+    build: Optional[Callable] = None
+    build_fused: Optional[Callable] = None
+
+    def unavailable_reason(self, device: str) -> Optional[str]:
+        return None
+
+    def prepare(self, weight, bias=None):
+        return self.build(weight, bias)
+
+    def prepare_fused(self, weight, bias, activation, pool):
+        return self.build_fused(weight, bias, activation, pool)
+
+
+def fake(name: str, build: Callable, build_fused: Optional[Callable] = None) -> FakeImpl:
+    return FakeImpl(name, "not-a-module", ("cpu",), "fp32", "test double", fuses=build_fused is not None,
+                    build=build, build_fused=build_fused)
+
+
+def _into(out, y):
+    """Return y the way the registry asks: copied into out when out is given."""
+    if out is None:
+        return y
+    out.copy_(y)
+    return out
+
+
+def right(weight, bias):
+    return lambda x, out=None: _into(out, F.conv2d(x, weight, bias))
+
+
+def last_row_unwritten(weight, bias):
+    def run(x, out=None):
+        y = F.conv2d(x, weight, bias)
+        target = torch.empty_like(y) if out is None else out
+        target[:, :, :-1] = y[:, :, :-1]
+        return target
+    return run
+
+
+def window_off_by_one(weight, bias):
+    """Reads x[h + p + 1] (clamped at the last row) instead of x[h + p]."""
+    def run(x, out=None):
+        shifted = torch.cat([x[:, :, 1:], x[:, :, -1:]], dim=2)
+        return _into(out, F.conv2d(shifted, weight, bias))
+    return run
+
+
+def window_short(weight, bias):
+    """Sums only K-1 of the K taps along each row."""
+    return lambda x, out=None: _into(out, F.conv2d(x[..., :-1], weight[..., :-1], bias))
+
+
+def transposed_weights(weight, bias):
+    """Uses k[m, c, q, p]: right on symmetric kernels only."""
+    flipped = weight.transpose(2, 3).contiguous()
+    return lambda x, out=None: _into(out, F.conv2d(x, flipped, bias))
+
+
+def ignores_out(weight, bias):
+    """Right values, but in a freshly allocated tensor rather than the out buffer it was given."""
+    return lambda x, out=None: F.conv2d(x, weight, bias)
+
+
+def writes_input(weight, bias):
+    """Right values, but scales its input in place to save a buffer."""
+    def run(x, out=None):
+        x.div_(255.0)
+        return _into(out, F.conv2d(x, weight * 255.0, bias))
+    return run
+
+
+def fused_right(weight, bias, activation, pool):
+    def run(x, out=None):
+        y = F.conv2d(x, weight, bias)
+        y = ACTIVATIONS[activation](y) if activation else y
+        return _into(out, F.max_pool2d(y, pool))
+    return run
+
+
+def fused_avg_pool(weight, bias, activation, pool):
+    def run(x, out=None):
+        y = F.conv2d(x, weight, bias)
+        y = ACTIVATIONS[activation](y) if activation else y
+        return _into(out, F.avg_pool2d(y, pool))
+    return run
+
+
+WRONG = {
+    "last-row-unwritten": (last_row_unwritten, "relative error inf"),
+    "window-off-by-one": (window_off_by_one, "relative error"),
+    "window-short": (window_short, "relative error"),
+    "transposed-weights": (transposed_weights, "relative error"),
+    "ignores-out": (ignores_out, "instead of the out buffer"),
+    "writes-input": (writes_input, "modified its input"),
+}
+
+
+@pytest.fixture(scope="module")
+def cases():
+    """Preset layers, edge shapes and a few random shapes: the data and references are made once."""
+    return verify.default_cases(seed=1, random_cases=4)
+
+
+# ------------------------------------------------------------------------------------------ verify
+
+@pytest.mark.parametrize("name", sorted(WRONG))
+def test_verify_rejects_wrong_implementations(name, cases):
+    build, symptom = WRONG[name]
+    result = verify.verify_impl(fake(name, build), "cpu", cases)
+    assert result.status == "FAIL" and not result.passed
+    assert any(symptom in failure for failure in result.failures), result.failures[:2]
+
+
+def test_transposed_weights_pass_only_on_symmetric_kernels():
+    """Why the weights must be random: a symmetric kernel hides the transposition."""
+    x, w, _ = random_case((2, 3, 12, 12), (4, 3, 5, 5), seed=3)
+    symmetric = (w + w.transpose(2, 3)) / 2
+    ref = reference_layer(x, symmetric)
+    assert check_call(transposed_weights(symmetric, None), x, ref, 1e-5).problem is None
+    assert check_call(transposed_weights(w, None), x, reference_layer(x, w), 1e-5).problem is not None
+
+
+@pytest.mark.parametrize("name", ["reference", "torch"])
+def test_reference_and_torch_pass(name, cases):
+    result = verify.verify_impl(conv.get(name), "cpu", cases)
+    assert result.status == "pass", result.failures[:2]
+    assert result.cases == sum(1 for case in cases if not case.fusion)
+    assert 0 < result.max_error < 1e-5
+
+
+def test_fused_path_accepts_right_and_rejects_wrong(cases):
+    good = verify.verify_impl(fake("fused", right, fused_right), "cpu", cases)
+    assert good.status == "pass", good.failures[:2]
+    assert good.cases == len(cases)  # fused cases count for a fusing implementation
+    fused_cases = [case for case in cases if case.fusion]
+    bad = verify.verify_impl(fake("fused-avg", right, fused_avg_pool), "cpu", fused_cases)
+    assert bad.status == "FAIL" and len(bad.failures) == len(fused_cases)
+
+
+def test_fused_reference_matches_torch_in_float64():
+    x, w, b = random_case((2, 3, 15, 13), (4, 3, 4, 4), seed=5, bias=True, unit_output=True)
+    for activation in ("tanh", "relu", "sigmoid", None):
+        for pool in (2, 4):
+            y = F.conv2d(x.double(), w.double(), b.double())
+            y = ACTIVATIONS[activation](y) if activation else y
+            want = F.max_pool2d(y, pool).numpy()
+            np.testing.assert_allclose(reference_layer(x, w, b, activation, pool), want, rtol=1e-12, atol=1e-12)
+    assert set(REFERENCE_ACTIVATIONS) == set(ACTIVATIONS)
+
+
+def test_cases_cover_presets_and_random_shapes_within_ranges():
+    cases = verify.default_cases(seed=7, random_cases=20)
+    assert cases == verify.default_cases(seed=7, random_cases=20)  # seeded
+    labels = {case.label for case in cases}
+    for preset in PRESETS.values():
+        for spec in verify.model_layers(preset.architecture):
+            assert spec.label in labels
+    randoms = [case for case in cases if case.label.startswith("random")]
+    assert len({case.label for case in randoms}) == 20
+    assert any(case.bias for case in randoms) and any(not case.bias for case in randoms)
+    assert {case.fusion[0] for case in randoms if case.fusion} == {"tanh", "relu", "sigmoid", None}
+    for case in randoms:
+        s = case.shape
+        assert 1 <= s.B <= 32 and 1 <= s.C <= 16 and 1 <= s.M <= 64 and 1 <= s.K <= 7
+        assert s.K <= s.H <= 100 and s.K <= s.W <= 100
+        assert s.flops // 2 <= verify.MAX_MULTIPLY_ADDS["cpu"]
+    x1, w1, _, _ = randoms[0].data
+    x2, w2, _, _ = randoms[2].data
+    assert x1.abs().min() >= 0 and x1.abs().sum() > 0 and w1.abs().sum() > 0
+    assert not torch.equal(x1.flatten()[:10], x2.flatten()[:10])  # data re-drawn per case
+
+
+def test_model_layers_know_what_a_fusing_kernel_absorbs():
+    fa20 = verify.model_layers(PRESETS["fa20"].architecture)
+    assert [(s.label, s.fusion) for s in fa20] == [("fa20 L1", ("relu", 2)), ("fa20 L2", ("relu", 4))]
+    sp18 = verify.model_layers(PRESETS["sp18"].architecture)
+    assert [s.fusion for s in sp18] == [("tanh", 2), None]
+    assert sp18[1].shape == ConvShape(1, 16, 6, 30, 30, 5)
+
+
+def test_cli_verify_torch_passes(cli):
+    code, out, _ = cli("verify", "--device", "cpu", "--impl", "torch")
+    assert code == 0
+    assert "torch" in out and "pass" in out and "max rel. error" in out
+
+
+def test_cli_verify_json_and_skipped(cli):
+    code, out, _ = cli("verify", "--device", "cpu", "--impl", "torch", "cuda-naive", "--cases", "2", "--json")
+    assert code == 0
+    results = {r["impl"]: r for r in json.loads(out)}
+    assert results["torch"]["status"] == "pass" and results["torch"]["cases"] > 0
+    assert results["cuda-naive"]["status"] == "skipped" and results["cuda-naive"]["reason"]
+
+
+def test_cli_verify_exits_1_on_a_wrong_implementation(cli, monkeypatch):
+    monkeypatch.setitem(conv._BY_NAME, "transposed-weights", fake("transposed-weights", transposed_weights))
+    code, out, _ = cli("verify", "--device", "cpu", "--impl", "transposed-weights", "--cases", "1")
+    assert code == 1
+    assert "FAIL" in out
+
+
+def test_cli_verify_unknown_impl_is_a_user_error(cli):
+    code, _, err = cli("verify", "--impl", "no-such-impl")
+    assert code == 2 and "unknown implementation" in err and len(err.strip().splitlines()) == 1
+
+def test_verify_reports_a_module_that_fails_to_load(monkeypatch):
+    def unloadable(self, device):
+        raise ImportError("No module named 'nonexistent'")
+
+    monkeypatch.setattr(FakeImpl, "unavailable_reason", unloadable)
+    (result,) = verify.verify_all([fake("broken", right)], "cpu", [], show_progress=False)
+    assert result.status == "FAIL" and "ImportError" in result.failures[0]
+    assert result.as_dict()["max_error"] is None  # plain JSON, no Infinity
+
+
+# ------------------------------------------------------------------------------------------- bench
+
+FAKE_CEILINGS = bench.Ceilings(copy_gbps=10.0, matmul_gflops=100.0)
+
+
+def test_time_calls_counts_warmup_and_repeats():
+    calls = []
+    times = bench.time_calls(calls.append, [torch.zeros(1)], "cpu", warmup=2, repeat=5)
+    assert len(times) == 5 and len(calls) == 7
+    calls.clear()
+    times = bench.time_calls(calls.append, [torch.zeros(1)], "cpu", warmup=0, budget_s=1e-9)
+    assert len(times) == bench.MIN_REPEATS
+
+
+def test_rotation_covers_twice_the_l2_cache():
+    l2 = 50 << 20
+    fa17_b10 = 4 * 10 * 28 * 28
+    copies = bench.rotation_copies(fa17_b10, l2)
+    assert copies * fa17_b10 > 2 * l2 and (copies - 1) * fa17_b10 <= 2 * l2 + fa17_b10
+    assert bench.rotation_copies(400 << 20, l2) == 2
+    assert bench.rotation_copies(16, l2) == bench.MAX_ROTATION_COPIES
+    assert len(bench.rotated_inputs(torch.zeros(2, 1, 4, 4))) == 1  # CPU inputs are not rotated
+
+
+def test_run_bench_rows_baselines_and_fused_floor():
+    impls = [conv.get("torch"), fake("fused", right, fused_right), fake("transposed-weights", transposed_weights)]
+    cases = bench.bench_cases(["fa17-high"], [], [3, 2])
+    outcome = bench.run_bench(cases, impls, "cpu", FAKE_CEILINGS, warmup=1, repeat=3, show_progress=False)
+    rows = {(r["kind"], r["impl"]): r for r in outcome.rows if r["B"] == 3}
+    assert len(outcome.rows) == 8
+    assert set(rows) == {("conv", "torch"), ("conv", "fused"), ("fused", "torch"), ("fused", "fused")}
+    assert all(tuple(r) == bench.ROW_KEYS for r in outcome.rows)
+    base = rows[("conv", "torch")]
+    assert base["speedup"] == 1.0 and base["baseline"] == "torch" and base["layer"] == "fa17 L1"
+    assert base["B"] == 3 and base["repeats"] == 3 and base["device"] == "cpu" and base["gpu"] is None
+    shape = ConvShape(3, 50, 1, 28, 28, 5)
+    assert base["bytes"] == shape.bytes_moved() and base["flops"] == shape.flops
+    assert base["floor_ms"] == pytest.approx(max(shape.bytes_moved() / 10e9, shape.flops / 100e9) * 1e3)
+    assert base["roofline_pct"] == pytest.approx(100 * base["floor_ms"] / base["median_ms"])
+    fused = rows[("fused", "fused")]
+    assert fused["baseline"] == bench.FUSED_BASELINE
+    assert fused["baseline_ms"] == rows[("fused", "torch")]["median_ms"]
+    assert fused["bytes"] == shape.bytes_moved(out_elements=3 * 50 * 12 * 12)
+    assert fused["speedup"] == pytest.approx(fused["baseline_ms"] / fused["median_ms"])
+    assert len(outcome.failures) == 1  # checked once per layer, not once per batch size
+    assert "transposed-weights is wrong, so not timed: fa17 L1" in outcome.failures[0]
+
+
+def test_cli_bench_json(cli):
+    code, out, _ = cli("bench", "--shape", "2,4,1,12,12,3", "--impl", "torch", "--device", "cpu",
+                       "--repeat", "3", "--warmup", "1", "--json")
+    assert code == 0
+    (row,) = json.loads(out)
+    assert (row["model"], row["impl"], row["speedup"]) == ("custom", "torch", 1.0)
+    assert row["layer"] == "custom M4 C1 12x12 K3"
+    assert (row["B"], row["M"], row["C"], row["H"], row["W"], row["K"]) == (2, 4, 1, 12, 12, 3)
+    assert row["copy_gbps"] > 0 and row["matmul_gflops"] > 0 and row["roofline_pct"] > 0
+    assert row["torch"] == torch.__version__ and row["date"]
+
+
+def test_cli_bench_csv_table_and_out_file(cli, tmp_path, monkeypatch):
+    monkeypatch.setattr(bench, "measure_ceilings", lambda device: FAKE_CEILINGS)
+    args = ("bench", "--model", "sp19", "--images", "2", "--impl", "torch", "--device", "cpu", "--repeat", "3")
+    code, out, _ = cli(*args, "--csv", "--out", tmp_path / "rows.json")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split(",") == list(bench.ROW_KEYS) and len(lines) == 3  # header + sp19 L1, L2
+    saved = json.loads((tmp_path / "rows.json").read_text())
+    assert [r["layer"] for r in saved] == ["sp19 L1", "sp19 L2"]
+    code, out, _ = cli(*args)
+    assert code == 0 and "sp19 L2" in out and "% floor" in out
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--shape", "1,2,3"), "B,M,C,H,W,K"),
+    (("--shape", "1,2,1,4,4,5"), "at least K"),
+    (("--images", "0"), "at least 1"),
+    (("--impl", "no-such-impl"), "unknown implementation"),
+    (("--model", "no-such-model"), "unknown model"),
+    (("--out", "rows.txt"), ".json or .csv"),
+    (("--warmup", "-1"), "--warmup"),
+])
+def test_cli_bench_bad_input_is_a_user_error(cli, args, message):
+    code, out, err = cli("bench", "--device", "cpu", *args)
+    assert code == 2 and message in err and not out
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_cli_bench_report_hands_rows_to_the_report_module(cli, tmp_path, monkeypatch):
+    from convforge.harness import report
+    handed = []
+    monkeypatch.setattr(bench, "measure_ceilings", lambda device: FAKE_CEILINGS)
+    monkeypatch.setattr(report, "write_report", lambda rows, out_dir: handed.append((rows, out_dir)))
+    code, _, _ = cli("bench", "--shape", "1,2,1,6,6,3", "--impl", "torch", "--device", "cpu", "--repeat", "3",
+                     "--report", tmp_path)
+    assert code == 0
+    (rows, out_dir), = handed
+    assert out_dir == tmp_path and [r["impl"] for r in rows] == ["torch"]
+
+
+def test_cli_bench_report_without_the_report_module_is_a_user_error(cli, tmp_path, monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "convforge.harness.report", None)  # as if it were not part of the build
+    code, out, err = cli("bench", "--device", "cpu", "--report", tmp_path)
+    assert code == 2 and "convforge.harness.report" in err and not out
+
