@@ -1,0 +1,54 @@
+"""Markdown tables for benchmarks/RESULTS.md from a `convforge bench --out FILE.json` file.
+
+    python3 scripts/results_tables.py benchmarks/h200-2026-11-21/bench_b10000.json
+
+Prints (1) each layer's best exact kernel, best Triton kernel and best reduced-precision kernel against
+cuDNN and the roofline floor, and (2) the course's optimisation path, kernel by kernel, on every layer.
+"""
+
+import json
+import sys
+from collections import defaultdict
+
+PATH = ("cuda-naive", "cuda-tiled", "cuda-constmem", "cuda-unroll-gemm", "cuda-fused-gemm", "cuda-fused-layer",
+        "cuda-tc-tf32", "cuda-tc-fp16", "triton-direct", "triton-gemm", "triton-gemm-tf32", "triton-fused-layer")
+
+
+def main(path: str) -> None:
+    rows = json.load(open(path))
+    by_case = defaultdict(list)
+    for row in rows:
+        by_case[(row["kind"], row["layer"])].append(row)
+    first = rows[0]
+    print(f"Machine: {first['gpu']}, torch {first['torch']}, CUDA {first['cuda']}, cuDNN {first['cudnn']}, "
+          f"triton {first['triton']}, cupy {first['cupy']}; {first['date']}. Ceilings measured in the same run: "
+          f"copy {first['copy_gbps'] / 1e3:.2f} TB/s, fp32 matmul (TF32 off) {first['matmul_gflops'] / 1e3:.1f} TFLOP/s.\n")
+    print("| layer | B M C H W K | floor ms | cuDNN ms (% floor) | best exact (ms, % floor, x cuDNN) "
+          "| best Triton exact | best reduced precision |")
+    print("|---|---|---|---|---|---|---|")
+    for (kind, layer), case in by_case.items():
+        base = next(r for r in case if r["impl"] == "torch")
+        exact = [r for r in case if r["precision"] == "fp32" and r["impl"] != "torch"]
+        triton = [r for r in exact if r["impl"].startswith("triton")]
+        reduced = [r for r in case if r["precision"] in ("tf32", "fp16", "bf16")]
+        cell = lambda r: (f"{r['impl']} {r['median_ms']:.3f} ({r['roofline_pct']:.0f} %, "
+                          f"{r['speedup']:.2f}x)") if r else "—"
+        best = lambda rs: min(rs, key=lambda r: r["median_ms"]) if rs else None
+        label = layer + (" fused conv+act+pool" if kind == "fused" else "")
+        shape = f"{base['B']} {base['M']} {base['C']} {base['H']} {base['W']} {base['K']}"
+        print(f"| {label} | {shape} | {base['floor_ms']:.3f} | {base['median_ms']:.3f} ({base['roofline_pct']:.0f} %) "
+              f"| {cell(best(exact))} | {cell(best(triton))} | {cell(best(reduced))} |")
+    layers = [key for key in by_case if key[0] == "conv"]
+    print("\nOp time in ms at B = 10000, each conv layer alone (no fusion), in the order of the course's path.\n")
+    print("| implementation | " + " | ".join(layer for _, layer in layers) + " |")
+    print("|---|" + "---|" * len(layers))
+    for impl in ("torch",) + PATH:
+        cells = []
+        for key in layers:
+            match = [r for r in by_case[key] if r["impl"] == impl]
+            cells.append(f"{match[0]['median_ms']:.3f}" if match else "—")
+        print(f"| {impl if impl != 'torch' else 'torch (cuDNN)'} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
