@@ -4,7 +4,11 @@ Not the official benchmark (that is ``convforge bench``): a quick comparison use
 kernels. Every layer of every preset at B = 10000 by default; the implementations are called in turn,
 round after round (so that load from other work on the machine hits them alike), without ``out`` as the
 engine calls them; median wall time (perf_counter) and median CPU time of the process (process_time,
-all threads) per implementation, and the speedup of each over torch in both.
+all threads) per implementation, and the speedup of each over torch in both. On a machine shared with
+other work compare the minima too, and prefer ``convforge bench`` (back-to-back calls) for records.
+Output allocation matters on this machine: at B = 10000 the first-touch page faults of each fresh
+output cost about as much as the convolution; THP_MEM_ALLOC_ENABLE=1 (transparent huge pages for
+torch's allocations, which all these implementations use) makes them cheap for every implementation.
 
     python benchmarks/cpu_kernels_scratch.py [--impl torch cpu-parallel cpu-gemm] [--layer fa17:1 sp18:2]
         [--batch 10000] [--rounds 5] [--threads 2] [--out] [--check]
@@ -15,9 +19,13 @@ from __future__ import annotations
 import argparse
 import gc
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's convforge, not another install
 
 
 def all_layers(batch: int) -> dict:

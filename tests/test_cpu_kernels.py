@@ -1,0 +1,153 @@
+"""cpu-loops, cpu-parallel and cpu-gemm against the float64 reference.
+
+Fresh random data (never zeros) for every case, the output poisoned with NaN before each call, on every
+preset's conv layer shape at a small batch and on odd shapes (channels, maps, K = 1, H = W = K, W != H,
+batches that are not a multiple of the 16-image groups), with and without bias: the relative error
+||out - ref|| / ||ref|| must stay within the exact-fp32 tolerance (1e-5).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zlib
+
+import numpy as np
+import pytest
+import torch
+
+from convforge import conv
+from convforge.conv.reference import conv2d_float64
+from convforge.harness.check import describe_mismatch, poisoned, random_case, relative_error
+from convforge.models import PRESETS
+
+IMPLS = ("cpu-loops", "cpu-parallel", "cpu-gemm")
+TOLERANCE = conv.EXACT_TOLERANCE
+
+# (M, C, H, W, K) of every preset's conv layers, each once.
+PRESET_LAYERS = sorted({(s.M, s.C, s.H, s.W, s.K)
+                        for preset in PRESETS.values() for s in preset.architecture.conv_shapes(1)})
+ODD = [  # (B, M, C, H, W, K)
+    (3, 7, 5, 13, 9, 3),    # odd everything, W != H
+    (2, 5, 3, 7, 11, 1),    # K = 1
+    (4, 4, 3, 5, 5, 5),     # H = W = K: one output pixel
+    (3, 3, 1, 20, 40, 4),   # even K, wide input (output rows longer than 16)
+    (2, 2, 2, 9, 30, 7),    # output narrower than 16 columns on one side only
+    (37, 6, 2, 12, 20, 5),  # 2 full 16-image groups and a partial one: several work items
+]
+CASES = ([pytest.param((2 + i % 3, m, c, h, w, k), id=f"layer-M{m}-C{c}-{h}x{w}-K{k}")
+          for i, (m, c, h, w, k) in enumerate(PRESET_LAYERS)]
+         + [pytest.param(case, id="odd-B{}-M{}-C{}-{}x{}-K{}".format(*case)) for case in ODD])
+
+
+def _check(impl_name: str, case, bias: bool, seed: int) -> None:
+    batch, maps, channels, height, width, kernel = case
+    x, w, b = random_case((batch, channels, height, width), (maps, channels, kernel, kernel), seed=seed, bias=bias)
+    ref = conv2d_float64(x.numpy(), w.numpy(), None if b is None else b.numpy())
+    fn = conv.get(impl_name).prepare(w, b)
+    out = poisoned(ref.shape)
+    returned = fn(x, out)
+    assert returned is out
+    err = relative_error(out, ref)
+    assert err <= TOLERANCE, f"{impl_name} {case} bias={bias}: relative error {err:.2e}; {describe_mismatch(out, ref)}"
+    fresh = fn(x)  # allocating path
+    assert fresh.shape == ref.shape and fresh.dtype == torch.float32
+    assert relative_error(fresh, ref) <= TOLERANCE
+
+
+@pytest.mark.parametrize("bias", [False, True], ids=["nobias", "bias"])
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("impl_name", IMPLS)
+def test_matches_float64_reference(impl_name, case, bias):
+    _check(impl_name, case, bias, seed=zlib.crc32(repr((impl_name, case, bias)).encode()))
+
+
+@pytest.mark.parametrize("layer", [pytest.param(layer, id="M{}-C{}-{}x{}-K{}".format(*layer))
+                                   for layer in PRESET_LAYERS])
+def test_parallel_full_groups(layer):
+    """Batches of whole 16-image groups take cpu-parallel's vector transposes in and out of the lane layout."""
+    maps, channels, height, width, kernel = layer
+    _check("cpu-parallel", (32, maps, channels, height, width, kernel), bias=True, seed=sum(layer))
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("impl_name", ["cpu-parallel", "cpu-gemm"])
+def test_thread_counts(impl_name, threads):
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        _check(impl_name, (21, 12, 6, 17, 19, 5), bias=True, seed=threads)
+    finally:
+        torch.set_num_threads(saved)
+
+
+def test_rejects_wrong_shapes_and_types():
+    x, w, _ = random_case((2, 3, 8, 8), (4, 3, 3, 3), seed=1)
+    for name in IMPLS:
+        fn = conv.get(name).prepare(w)
+        with pytest.raises(ValueError):
+            fn(torch.rand(2, 2, 8, 8))           # channels differ from the weights'
+        with pytest.raises(ValueError):
+            fn(torch.rand(2, 3, 2, 8))           # kernel taller than the input
+        with pytest.raises(TypeError):
+            fn(x.double())
+        with pytest.raises(ValueError):
+            fn(x, torch.empty(2, 4, 5, 5))       # out of the wrong shape
+
+
+def test_empty_batch():
+    _, w, b = random_case((1, 3, 8, 8), (4, 3, 3, 3), seed=2, bias=True)
+    for name in IMPLS:
+        y = conv.get(name).prepare(w, b)(torch.empty(0, 3, 8, 8))
+        assert tuple(y.shape) == (0, 4, 6, 6)
+
+
+def test_noncontiguous_out_is_written():
+    x, w, b = random_case((3, 2, 9, 9), (4, 2, 3, 3), seed=5, bias=True)
+    ref = conv2d_float64(x.numpy(), w.numpy(), b.numpy())
+    for name in IMPLS:
+        out = poisoned((3, 7, 7, 4)).permute(0, 3, 1, 2)  # (3, 4, 7, 7), channels-last strides
+        assert conv.get(name).prepare(w, b)(x, out) is out
+        assert relative_error(out, ref) <= TOLERANCE
+
+
+def test_numba_imported_only_when_prepared():
+    code = ("import sys\n"
+            "import convforge.conv.cpu_loops, convforge.conv.cpu_parallel, convforge.conv.cpu_gemm\n"
+            "from convforge import conv\n"
+            "for name in ('cpu-loops', 'cpu-parallel', 'cpu-gemm'):\n"
+            "    conv.get(name).unavailable_reason('cpu'); conv.get(name).header\n"
+            "assert 'numba' not in sys.modules, 'numba imported'\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_generated_kernel_without_writable_cache(monkeypatch, tmp_path):
+    """No writable cache folder: the generated kernel still compiles (without a disk cache) and is right."""
+    from convforge.conv import cpu_loops, cpu_parallel
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    monkeypatch.setenv("CONVFORGE_CACHE", str(blocker / "cache"))
+    source = cpu_parallel.kernel_source(3, 2) + "\n# variant compiled without a cache\n"
+    fn = cpu_loops.jit_generated("test_no_cache", source, "conv", nogil=True, fastmath={"contract"})
+    x, w, b = random_case((5, 2, 8, 9), (4, 2, 3, 3), seed=7, bias=True)
+    y = np.full((5, 4, 6, 7), np.nan, np.float32)
+    fn(x.numpy(), w.numpy(), b.numpy(), y, 4, 0, 1, 0, 2)
+    assert relative_error(y, conv2d_float64(x.numpy(), w.numpy(), b.numpy())) <= TOLERANCE
+
+
+def test_jit_falls_back_when_numba_cannot_cache():
+    """A function without a source file cannot be cached by Numba: jit() compiles it anyway."""
+    from convforge.conv.cpu_loops import jit
+    namespace: dict = {}
+    exec("def add_one(a):\n    return a + 1\n", namespace)
+    assert jit(namespace["add_one"])(41) == 42
+
+
+def test_choose_block():
+    from convforge.conv.cpu_parallel import choose_block
+    assert choose_block(50, 5) == 5 and choose_block(24, 7) == 3 and choose_block(16, 7) == 2
+    assert choose_block(6, 5) == 3 and choose_block(1, 7) == 1
+    for maps in range(1, 60):
+        for kernel in (1, 3, 5, 7, 11):
+            block = choose_block(maps, kernel)
+            assert 1 <= block <= maps and block * kernel <= max(kernel, 25)
