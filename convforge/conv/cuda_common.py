@@ -29,6 +29,8 @@ from typing import Iterable, Optional, Sequence
 import numpy as np
 import torch
 
+from convforge.conv import finish_output, output_buffer
+
 KERNEL_DIR = Path(__file__).resolve().parent / "cuda"
 BASE_OPTIONS = ("-std=c++17",)
 SYNC_ENV = "CONVFORGE_CUDA_SYNC"
@@ -279,24 +281,9 @@ def check_input(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return x.contiguous()
 
 
-def output(out: Optional[torch.Tensor], shape: tuple[int, ...],
-           like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(buffer the kernel writes, tensor to return): ``out`` itself when it is a contiguous float32 buffer."""
-    if out is None:
-        y = torch.empty(shape, dtype=torch.float32, device=like.device)
-        return y, y
-    if tuple(out.shape) != tuple(shape) or out.dtype != torch.float32 or out.device != like.device:
-        raise ValueError(f"out must be float32 {tuple(shape)} on {like.device}, got {out.dtype} "
-                         f"{tuple(out.shape)} on {out.device}")
-    if out.is_contiguous():
-        return out, out
-    return torch.empty(shape, dtype=torch.float32, device=like.device), out
-
-
-def finish(y: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
-    if y is not result:
-        result.copy_(y)
-    return result
+# The out= buffer protocol is the registry's, shared with the Triton wrappers.
+output = output_buffer
+finish = finish_output
 
 
 def conv_out_shape(x: torch.Tensor, weight: torch.Tensor) -> tuple[int, int, int, int]:

@@ -22,6 +22,8 @@ from typing import Optional, Sequence
 
 import torch
 
+from convforge.conv import finish_output, output_buffer
+
 try:
     import triton
     import triton.language as tl
@@ -157,24 +159,9 @@ def check_input(x: torch.Tensor, channels: int, kernel: int) -> None:
         raise ValueError(f"input {x.shape[2]}x{x.shape[3]} is smaller than the {kernel}x{kernel} kernel")
 
 
-def output_for(out: Optional[torch.Tensor], shape: tuple[int, ...],
-               x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(buffer the kernel writes, tensor to return): ``out`` itself when usable, else a fresh tensor."""
-    if out is None:
-        y = torch.empty(shape, dtype=torch.float32, device=x.device)
-        return y, y
-    if tuple(out.shape) != tuple(shape) or out.dtype != torch.float32 or out.device != x.device:
-        raise ValueError(f"out must be float32 {tuple(shape)} on {x.device}, got {out.dtype} "
-                         f"{tuple(out.shape)} on {out.device}")
-    if out.is_contiguous():
-        return out, out
-    return torch.empty(shape, dtype=torch.float32, device=x.device), out
-
-
-def finish(buffer: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
-    if buffer is not result:
-        result.copy_(buffer)
-    return result
+# The out= buffer protocol is the registry's, shared with the CUDA C wrappers.
+output_for = output_buffer
+finish = finish_output
 
 
 def batch_slices(batch: int, per_image: int, slack: int = 1 << 16) -> list[tuple[int, int]]:
