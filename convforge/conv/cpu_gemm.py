@@ -21,7 +21,8 @@ from typing import Optional
 
 import torch
 
-from convforge.conv.cpu_loops import check_input, finish, output_buffer
+from convforge.conv import finish_output, output_buffer
+from convforge.conv.cpu_loops import check_input
 
 CHUNK_BYTES = 4 << 20  # unrolled matrix per chunk
 
@@ -36,10 +37,10 @@ def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None):
     def run(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
         _, shape = check_input(x, weight.shape)
         x = x.detach().contiguous()
-        target, result = output_buffer(out, shape)
+        target, result = output_buffer(out, shape, x)
         batch, _, out_h, out_w = shape
         if batch == 0:
-            return finish(target, result)
+            return finish_output(target, result)
         y = target.view(batch, maps, out_h * out_w)
         per_image = channels * kernel * kernel * out_h * out_w * 4
         chunk = max(1, min(batch, CHUNK_BYTES // per_image))
@@ -53,6 +54,6 @@ def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None):
             torch.matmul(wmat, cols[:n].view(n, channels * kernel * kernel, out_h * out_w), out=part)
             if b is not None:
                 part += b
-        return finish(target, result)
+        return finish_output(target, result)
 
     return run

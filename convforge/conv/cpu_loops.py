@@ -28,7 +28,7 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
-from convforge.conv import output_shape
+from convforge.conv import finish_output, output_buffer, output_shape
 
 
 # ----------------------------------------------------------------------------- Numba plumbing
@@ -111,23 +111,6 @@ def check_input(x: torch.Tensor, weight_shape) -> tuple[np.ndarray, tuple[int, i
     return x.detach().contiguous().numpy(), shape
 
 
-def output_buffer(out: Optional[torch.Tensor], shape) -> tuple[torch.Tensor, torch.Tensor]:
-    """(what the kernel writes, what is returned): ``out`` itself when it is a contiguous float32 CPU
-    tensor of the right shape, else a fresh tensor (copied into ``out`` afterwards when one was given)."""
-    if out is None:
-        target = torch.empty(shape, dtype=torch.float32)
-        return target, target
-    if tuple(out.shape) != tuple(shape):
-        raise ValueError(f"out has shape {tuple(out.shape)}, the convolution gives {tuple(shape)}")
-    if out.device.type == "cpu" and out.dtype == torch.float32 and out.is_contiguous():
-        return out, out
-    return torch.empty(shape, dtype=torch.float32), out
-
-
-def finish(target: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
-    if target is not result:
-        result.copy_(target)
-    return result
 
 
 # ------------------------------------------------------------------------------------- the kernel
@@ -169,9 +152,9 @@ def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None):
 
     def run(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
         xn, shape = check_input(x, k.shape)
-        target, result = output_buffer(out, shape)
+        target, result = output_buffer(out, shape, x)
         if shape[0]:
             fn(xn, k, b, target.numpy())
-        return finish(target, result)
+        return finish_output(target, result)
 
     return run

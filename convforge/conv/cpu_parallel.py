@@ -37,7 +37,8 @@ from typing import Optional
 import numpy as np
 import torch
 
-from convforge.conv.cpu_loops import check_input, finish, jit_generated, output_buffer
+from convforge.conv import finish_output, output_buffer
+from convforge.conv.cpu_loops import check_input, jit_generated
 
 LANES = 16          # float32 lanes of an AVX-512 register = images per group
 REGISTER_BUDGET = 25  # MB * K weights kept in registers, about
@@ -257,9 +258,9 @@ def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None):
 
     def run(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
         xn, shape = check_input(x, weight.shape)
-        target, result = output_buffer(out, shape)
+        target, result = output_buffer(out, shape, x)
         if shape[0] == 0:
-            return finish(target, result)
+            return finish_output(target, result)
         y = target.numpy()
         groups = -(-shape[0] // LANES)
         items = work_items(groups, blocks, max(1, torch.get_num_threads()))
@@ -268,6 +269,6 @@ def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None):
         elif items:
             for future in [_pool(torch.get_num_threads()).submit(fn, xn, w, b, y, maps, *item) for item in items]:
                 future.result()
-        return finish(target, result)
+        return finish_output(target, result)
 
     return run
