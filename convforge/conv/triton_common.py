@@ -159,6 +159,22 @@ def check_input(x: torch.Tensor, channels: int, kernel: int) -> None:
         raise ValueError(f"input {x.shape[2]}x{x.shape[3]} is smaller than the {kernel}x{kernel} kernel")
 
 
+@dataclass(frozen=True)
+class TileConfig:
+    """Launch shape of the direct and fused kernels: each lane keeps ``positions_per_thread`` (R) output
+    positions for up to ``max_per_pass`` maps at a time; a program is 32 x num_warps x R positions."""
+    positions_per_thread: int
+    max_per_pass: int
+    num_warps: int = 4
+
+    @property
+    def block(self) -> int:
+        return 32 * self.num_warps * self.positions_per_thread
+
+    def __str__(self) -> str:
+        return f"R={self.positions_per_thread} maps<={self.max_per_pass} w={self.num_warps}"
+
+
 # The out= buffer protocol is the registry's, shared with the CUDA C wrappers.
 output_for = output_buffer
 finish = finish_output

@@ -23,7 +23,6 @@ are FMA-bound. In the sm_90 SASS 77-89 % of the issued instructions are FFMA (83
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
 import torch
@@ -33,21 +32,9 @@ from convforge.conv import triton_common as common
 triton, tl = common.triton, common.tl
 
 
-@dataclass(frozen=True)
-class Config:
-    positions_per_thread: int = 4   # R: sums per map each lane keeps
-    max_per_pass: int = 24          # maps per pass: R x that many accumulators per lane
-    num_warps: int = 4
-
-    @property
-    def block(self) -> int:
-        return 32 * self.num_warps * self.positions_per_thread
-
-    def __str__(self) -> str:
-        return f"R={self.positions_per_thread} maps<={self.max_per_pass} w={self.num_warps}"
-
-
-DEFAULT = Config()
+# R positions per lane, up to max_per_pass maps per pass: R x that many accumulators per lane.
+Config = common.TileConfig
+DEFAULT = Config(4, 24, 4)
 # Variants that ``python -m convforge.conv.triton_common bench --sweep`` times on a GPU.
 SWEEP = (Config(4, 24, 4), Config(8, 24, 4), Config(4, 16, 4), Config(8, 12, 4), Config(8, 8, 4),
          Config(2, 32, 8), Config(4, 24, 8), Config(4, 32, 4))

@@ -24,7 +24,6 @@ epilogue. The layers with 4-6 maps also lean on L1: a warp's input loads are str
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
 import torch
@@ -34,21 +33,9 @@ from convforge.conv import triton_common as common
 triton, tl = common.triton, common.tl
 
 
-@dataclass(frozen=True)
-class Config:
-    positions_per_thread: int = 4   # conv positions per lane (R); BP = 32 x warps x R per program
-    max_per_pass: int = 16          # maps per pass: R x maps sums + R x maps / pool running maxima
-    num_warps: int = 4
-
-    @property
-    def block(self) -> int:
-        return 32 * self.num_warps * self.positions_per_thread
-
-    def __str__(self) -> str:
-        return f"R={self.positions_per_thread} maps<={self.max_per_pass} w={self.num_warps}"
-
-
-DEFAULT = Config()
+# R conv positions per lane; R x maps sums + R x maps / pool running maxima per pass.
+Config = common.TileConfig
+DEFAULT = Config(4, 16, 4)
 SWEEP = (Config(4, 16, 4), Config(8, 8, 4), Config(4, 24, 4), Config(8, 12, 4), Config(4, 12, 4),
          Config(4, 16, 8), Config(16, 8, 4))
 
