@@ -167,6 +167,12 @@ def test_gpu_tc_launch_configs(precision):
     ref = _reference(x, w, b)
     for config in cuda_tc.LAUNCH_CONFIGS:
         _check(cuda_tc.prepare(w, b, precision=precision, config=config), x, ref, 1e-2, f"tc {precision} {config}")
+    for shape in ((3, 50, 1, 28, 28, 5), (2, 4, 1, 86, 86, 7), (3, 6, 1, 48, 47, 5), (2, 5, 3, 12, 11, 9)):
+        x, w, b = _data(shape, seed=12, bias=True, device="cuda")
+        ref = _reference(x, w, b)
+        for config in cuda_tc.ROWS_LAUNCH_CONFIGS + ({"kernel": "rows", "pipe": 2},):
+            _check(cuda_tc.prepare(w, b, precision=precision, config=config), x, ref, 1e-2,
+                   f"tc rows {precision} {shape} {config}")
 
 
 @needs_gpu
@@ -321,3 +327,40 @@ def test_emulated_launch_configs(emulation):
                    {"tm": 3, "ht": 1, "wt": 4, "nt": 32, "bh": 3}, {"tm": 4, "ht": 1, "wt": 1},
                    {"tm": 6, "ht": 2, "wt": 2, "nt": 64, "bh": 2}):
         _check(cuda_fused_gemm.prepare(w, b, config=config), x, ref, 1e-5, f"config {config}")
+
+
+@needs_cxx
+@pytest.mark.slow
+def test_emulated_tc_rows_kernel(emulation):
+    """The tensor-core rows kernel (banded filter rows): several images per unit, odd widths, more than one
+    channel, 9x9 filters, one and two staging buffers, map groups, both precisions."""
+    from convforge.conv import cuda_tc
+    cases = (((2, 10, 1, 16, 16, 5), None), ((3, 4, 1, 13, 19, 7), {"ib": 2}),
+             ((2, 5, 3, 12, 11, 5), {"nc": 1, "mt": 2}), ((5, 6, 1, 12, 12, 5), {"nt": 64, "pipe": 2}),
+             ((2, 3, 2, 20, 26, 9), {"nc": 4}), ((1, 1, 1, 1, 1, 1), None))
+    for i, (shape, config) in enumerate(cases):
+        x, w, b = _data(shape, seed=200 + i, bias=i % 2 == 0)
+        for precision in cuda_tc.PRECISIONS:
+            fn = cuda_tc.prepare(w, b, precision=precision, config=dict(config or {}, kernel="rows"))
+            geom = fn.layer_for(shape[3], shape[4]).geom
+            assert isinstance(geom, cuda_tc.RowsGeometry)
+            _check(fn, x, _reference(x, w, b), 1e-2, f"tc rows {precision} {shape} {config}")
+
+
+def test_tc_rows_planning():
+    """The rows kernel's geometry: conflict-free pitches, images per unit chosen to fill 16-row tiles,
+    its limits refused with a reason, and the tuned choice per precision."""
+    from convforge.conv import cuda_tc
+    g = cuda_tc.plan_rows(50, 1, 28, 28, 5, "tf32")
+    assert g.pitch % 8 == 4 and g.ib * g.ho % 16 == 0 and g.row_waste == 0
+    assert cuda_tc.plan_rows(50, 1, 28, 28, 5, "fp16").pitch % 16 == 8
+    assert cuda_tc.plan_rows(4, 1, 86, 86, 7, "tf32", {"pipe": 2}).smem_bytes > \
+        cuda_tc.plan_rows(4, 1, 86, 86, 7, "tf32").smem_bytes
+    with pytest.raises(ValueError, match="K <= 9"):
+        cuda_tc.plan_rows(4, 1, 30, 30, 11, "tf32")
+    with pytest.raises(ValueError, match="unknown launch parameters"):
+        cuda_tc.plan_rows(4, 1, 30, 30, 5, "tf32", {"warps": 4})
+    assert cuda_tc.default_kernel(1, 5) == "rows" and cuda_tc.default_kernel(6, 5) == "gather"
+    assert isinstance(cuda_tc.plan_any(16, 6, 30, 30, 5, "fp16"), cuda_tc.TcGeometry)
+    for (M, C, H, W, K, precision), config in cuda_tc.TUNED.items():
+        cuda_tc.plan_any(M, C, H, W, K, precision, config)   # every tuned entry is a valid plan

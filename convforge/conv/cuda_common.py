@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,8 +60,15 @@ class KernelSpec:
         return dict(self.constants)[name]
 
 
+_INCLUDE_RE = re.compile(r'^#include\s+"([\w.]+)"\s*$', re.MULTILINE)
+
+
 def load_source(name: str) -> str:
-    return (KERNEL_DIR / name).read_text(encoding="utf-8")
+    """A kernel's source with our own headers (``#include "x.cuh"`` of a file in the kernel folder) pasted
+    in: NVRTC then needs no include path, and CuPy's cache key (the code) changes with the headers."""
+    text = (KERNEL_DIR / name).read_text(encoding="utf-8")
+    return _INCLUDE_RE.sub(lambda m: load_source(m.group(1)) if (KERNEL_DIR / m.group(1)).is_file()
+                           else m.group(0), text)
 
 
 def sources() -> list[Path]:

@@ -28,8 +28,7 @@ ACTIVATIONS = {"tanh": torch.tanh, "relu": torch.relu, "sigmoid": torch.sigmoid,
 
 
 def preset_layers():
-    from convforge.engine import Engine
-    from convforge.models import PRESETS
+    from convforge.models import PRESETS, fusion_after
     layers, seen = [], set()
     for preset in PRESETS.values():
         arch = preset.architecture
@@ -41,7 +40,7 @@ def preset_layers():
         for i, (layer, _, shape_in, _) in enumerate(walk):
             if type(layer).__name__ == "Conv":
                 n += 1
-                fusion = Engine._fusable(walk, i)
+                fusion = fusion_after(walk, i)
                 layers.append((f"{arch.name} L{n}", (layer.out_channels, *shape_in, layer.kernel),
                                fusion[:2] if fusion else None))
     return layers

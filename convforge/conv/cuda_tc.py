@@ -11,6 +11,13 @@ Course step: beyond the course's fp32 kernels, its "tensor cores" / "FP16" optim
 precision, declared: tolerance 1e-2).
 Bottleneck: the A-fragment gathers (one shared load, one add and a conversion per element; 8 per k step
 per 16 rows), not the tensor cores: fa18 L2 has 48 FLOPs per gathered element.
+
+Two kernels, chosen per layer (``config={"kernel": "gather" | "rows"}``; default: ``rows`` for one input
+channel, where the gather's A loads dominate and M is too small to fill the mma's 8 columns, else
+``gather``). ``cuda/tc_rows.cu`` treats each filter row as a banded (Toeplitz) matrix: A fragments are plain
+rows of the staged image (no gather, no address table), one per k column, shared by every map of the
+warp; B is a zero-padded filter row read at a lane-dependent offset. Only K/16 of its tensor-core work is
+useful, which these layers can afford (see the kernel's header).
 """
 
 from __future__ import annotations
@@ -30,6 +37,30 @@ LAUNCH_CONFIGS: tuple[dict, ...] = (
     {"rm": 4, "nt": 256}, {"rm": 2, "nt": 256, "round": 0}, {"rm": 4, "nt": 256, "round": 0},
 )
 DEFAULT_CONFIG = {"rm": 2, "nt": 256, "round": 1}
+# Measured winners (scripts/tc_sweep.py on an NVIDIA H200, B = 10000; rows and gather kernels, each with
+# its launch shapes), keyed by (M, C, H, W, K, precision): the default for these layers when no config is
+# given. Other shapes: the rows kernel for one input channel, the gather kernel otherwise.
+TUNED: dict[tuple[int, int, int, int, int, str], dict] = {
+    (50, 1, 28, 28, 5, "tf32"): {"kernel": "rows", "nc": 4, "nt": 128},
+    (50, 1, 28, 28, 5, "fp16"): {"kernel": "rows", "nc": 4, "nt": 128, "pipe": 2},
+    (6, 1, 64, 64, 5, "tf32"): {"kernel": "rows", "nc": 4, "nt": 64},
+    (6, 1, 64, 64, 5, "fp16"): {"kernel": "gather"},
+    (6, 1, 48, 48, 5, "tf32"): {"kernel": "rows", "nc": 4, "nt": 128, "pipe": 2},
+    (6, 1, 48, 48, 5, "fp16"): {"kernel": "gather"},
+    (12, 1, 72, 72, 7, "tf32"): {"kernel": "gather"},
+    (12, 1, 72, 72, 7, "fp16"): {"kernel": "gather"},
+    (12, 1, 70, 70, 5, "tf32"): {"kernel": "gather"},
+    (12, 1, 70, 70, 5, "fp16"): {"kernel": "gather"},
+    (4, 1, 86, 86, 7, "tf32"): {"kernel": "rows", "nc": 4, "nt": 128},
+    (4, 1, 86, 86, 7, "fp16"): {"kernel": "rows", "nc": 4, "nt": 128, "ib": 1},
+}
+ROWS_SOURCE = "tc_rows.cu"
+ROWS_LAUNCH_CONFIGS: tuple[dict, ...] = (
+    {"kernel": "rows", "nc": 1}, {"kernel": "rows", "nc": 2}, {"kernel": "rows", "nc": 4},
+    {"kernel": "rows", "nc": 2, "nt": 256}, {"kernel": "rows", "nc": 2, "ib": 1},
+)
+ROWS_WROW = 24                 # padded filter row (7 zeros, K taps, zeros) as in tc_rows.cu
+ROWS_MAX_ACC = 96              # MT * NC * 4 accumulators per lane
 
 
 @dataclass(frozen=True)
@@ -89,9 +120,119 @@ def plan(M: int, C: int, H: int, W: int, K: int, precision: str, config: Optiona
     raise ValueError(f"the k-offset table of C*K*K = {geom.kr} does not fit shared memory")
 
 
+@dataclass(frozen=True)
+class RowsGeometry:
+    """tc_rows.cu's derived constants (mirrors the constexprs at the top of the kernel)."""
+    M: int
+    C: int
+    H: int
+    W: int
+    K: int
+    precision: str
+    mt: int
+    nc: int
+    ib: int
+    nt: int = 128
+    round: int = 1
+    pipe: int = 1
+
+    @property
+    def ho(self): return self.H - self.K + 1
+    @property
+    def wo(self): return self.W - self.K + 1
+    @property
+    def mg(self): return cc.cdiv(self.M, self.mt)
+    @property
+    def cg(self): return cc.cdiv(cc.cdiv(self.wo, 8), self.nc)
+    @property
+    def rt(self): return cc.cdiv(self.ib * self.ho, 16)
+    @property
+    def pitch(self):
+        base = max(self.cg * self.nc * 8 + 8, self.W)
+        return (base + 7) // 16 * 16 + 8 if self.precision == "fp16" else (base + 3) // 8 * 8 + 4
+    @property
+    def xs_floats(self): return (2 if self.pipe == 2 else 1) * cc.cdiv(self.ib * self.C * self.H * self.pitch, 4) * 4
+    @property
+    def ws_words(self): return self.mg * self.mt * self.C * self.K * ROWS_WROW
+    @property
+    def smem_bytes(self): return 4 * (self.xs_floats + self.ws_words)
+    @property
+    def row_waste(self): return 1.0 - self.ib * self.ho / (16.0 * self.rt)
+
+    def spec(self) -> cc.KernelSpec:
+        return cc.KernelSpec.of(ROWS_SOURCE, CF_M=self.M, CF_C=self.C, CF_H=self.H, CF_W=self.W, CF_K=self.K,
+                                CF_PREC=1 if self.precision == "fp16" else 0, CF_MT=self.mt, CF_NC=self.nc,
+                                CF_IB=self.ib, CF_NT=self.nt, CF_TF32_ROUND=self.round, CF_PIPE=self.pipe)
+
+
+def _rows_maps_per_tile(M: int, nc: int) -> int:
+    """Maps per warp tile: all of them when the accumulators allow, else the fewest groups of equal size."""
+    cap = max(1, ROWS_MAX_ACC // (4 * nc))
+    groups = cc.cdiv(M, cap)
+    return cc.cdiv(M, groups)
+
+
+def plan_rows(M: int, C: int, H: int, W: int, K: int, precision: str, config: Optional[dict] = None,
+              smem_optin: int = SMEM_OPTIN_DEFAULT) -> RowsGeometry:
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if K > 9:
+        raise ValueError(f"the rows kernel needs K <= 9 (got {K}); use kernel='gather'")
+    cfg = dict(config or {})
+    cfg.pop("kernel", None)
+    unknown = set(cfg) - {"mt", "nc", "ib", "nt", "round", "pipe"}
+    if unknown:
+        raise ValueError(f"unknown launch parameters {sorted(unknown)}")
+    nc = int(cfg.get("nc", 2))
+    mt = int(cfg.get("mt", 0)) or _rows_maps_per_tile(M, nc)
+    nt = int(cfg.get("nt", 128))
+    if nc < 1 or mt < 1 or mt * nc * 4 > ROWS_MAX_ACC or nt % 32 or not 32 <= nt <= 1024:
+        raise ValueError(f"bad launch parameters {cfg} (mt * nc * 4 <= {ROWS_MAX_ACC}, nt a multiple of 32)")
+    pipe = int(cfg.get("pipe", 1))
+    if pipe not in (1, 2):
+        raise ValueError(f"pipe must be 1 (one staging buffer) or 2 (two), got {pipe}")
+    base = RowsGeometry(M, C, H, W, K, precision, mt, nc, 1, nt, int(cfg.get("round", 1)), pipe)
+    if "ib" in cfg:
+        geoms = [replace(base, ib=int(cfg["ib"]))]
+    else:  # images per unit: the least row waste in 16-row tiles, staying small enough for several blocks per SM
+        geoms = sorted((g for g in (replace(base, ib=ib) for ib in range(1, 9)) if g.smem_bytes <= smem_optin),
+                       key=lambda g: (g.smem_bytes > min(smem_optin, 64 * 1024), round(g.row_waste, 3), g.ib))
+        geoms = geoms or [base]
+    geom = geoms[0]
+    if geom.ib < 1 or geom.smem_bytes > smem_optin:
+        raise ValueError(f"the rows kernel's tile ({geom.smem_bytes} bytes) does not fit shared memory")
+    return geom
+
+
+def default_kernel(C: int, K: int) -> str:
+    return "rows" if C == 1 and K <= 9 else "gather"
+
+
+def plan_any(M: int, C: int, H: int, W: int, K: int, precision: str, config: Optional[dict] = None,
+             smem_optin: int = SMEM_OPTIN_DEFAULT):
+    """The geometry of whichever kernel ``config['kernel']`` (or the per-layer default) names."""
+    kind = (config or {}).get("kernel") or default_kernel(C, K)
+    if kind == "rows":
+        return plan_rows(M, C, H, W, K, precision, config, smem_optin)
+    if kind != "gather":
+        raise ValueError(f"kernel must be 'gather' or 'rows', got {kind!r}")
+    return plan(M, C, H, W, K, precision, {k: v for k, v in (config or {}).items() if k != "kernel"}, smem_optin)
+
+
 def kernel_specs(M: int, C: int, H: int, W: int, K: int, precision: str = "tf32", config=None,
                  **_) -> list[cc.KernelSpec]:
-    return [plan(M, C, H, W, K, precision, config).spec()]
+    if config is not None:
+        return [plan_any(M, C, H, W, K, precision, config).spec()]
+    # what prepare() runs (the tuned or default kernel) and both kernels' defaults: every one must compile
+    specs = [plan_any(M, C, H, W, K, precision, TUNED.get((M, C, H, W, K, precision))).spec()]
+    for kind in ("gather", "rows"):
+        try:
+            spec = plan_any(M, C, H, W, K, precision, {"kernel": kind}).spec()
+        except ValueError:   # the rows kernel's K <= 9 and shared-memory limits
+            continue
+        if spec not in specs:
+            specs.append(spec)
+    return specs
 
 
 def pack_fragments(weight: torch.Tensor, geom: TcGeometry) -> torch.Tensor:
@@ -116,6 +257,21 @@ def pack_fragments(weight: torch.Tensor, geom: TcGeometry) -> torch.Tensor:
     n, k = torch.broadcast_tensors(n.unsqueeze(-1), k)
     frag = wmat[n, k].to(torch.float16)                      # (KS, NTL, 32, 2, 2)
     return frag.contiguous().view(torch.int32).reshape(-1)
+
+
+def pack_rows(weight: torch.Tensor, geom: RowsGeometry) -> torch.Tensor:
+    """(M, C, K, K) -> [MG*MT][C][K][24] 32-bit words: tap q at 7 + q, zeros elsewhere. TF32: the fp32 bits
+    rounded to nearest (ties away, as cvt.rna); FP16: pairs (w[j], w[j+1]) of the padded row, lower first."""
+    M, C, K, _ = weight.shape
+    wpad = torch.zeros(geom.mg * geom.mt, C, K, ROWS_WROW, dtype=torch.float32, device=weight.device)
+    wpad[:M, :, :, 7:7 + K] = weight.float()
+    if geom.precision == "tf32":
+        bits = wpad.view(torch.int32)
+        bits = torch.where(torch.isfinite(wpad), (bits + 0x1000) & -0x2000, bits)
+        return bits.contiguous().reshape(-1)
+    h = wpad.to(torch.float16)
+    nxt = torch.nn.functional.pad(h[..., 1:], (0, 1))
+    return torch.stack((h, nxt), dim=-1).contiguous().view(torch.int32).reshape(-1)
 
 
 def unavailable_reason() -> Optional[str]:
@@ -150,6 +306,41 @@ class TcLayer:
         return cc.finish(y, result)
 
 
+class TcRowsLayer:
+    def __init__(self, weight, bias, H: int, W: int, precision: str, config=None):
+        M, C, K, _ = weight.shape
+        self.device = weight.device
+        info = cc.device_info(self.device)
+        self.geom = plan_rows(M, C, H, W, K, precision, config, info.smem_per_block_optin)
+        self.wpad = pack_rows(weight, self.geom)
+        self.bias = bias
+        self.kernel = cc.kernel(self.geom.spec(), "conv_tc_rows", self.device)
+        self.grid_cap = info.sm_count * max(1, self.kernel.blocks_per_sm(self.geom.nt, self.geom.smem_bytes))
+
+    def __call__(self, x: torch.Tensor, out: Optional[torch.Tensor]) -> torch.Tensor:
+        g = self.geom
+        B = x.shape[0]
+        y, result = cc.output(out, (B, g.M, g.ho, g.wo), x)
+        if g.wo % 2 == 0 and y.data_ptr() % 8:
+            y = torch.empty_like(y)  # 8-byte stores need an aligned buffer (torch allocations always are)
+        if y.numel():
+            self.kernel((min(cc.cdiv(B, g.ib), self.grid_cap),), (g.nt,),
+                        (cc.ptr(y), cc.ptr(x), cc.ptr(self.wpad), cc.ptr(self.bias), cc.i32(B)),
+                        shared_mem=g.smem_bytes)
+        return cc.finish(y, result)
+
+
+def layer(weight, bias, H: int, W: int, precision: str, config=None):
+    """The tensor-core kernel for one input size: the rows or the gather kernel (config['kernel']); with no
+    config, the measured winner for this shape (TUNED) or the per-shape default."""
+    M, C, K, _ = weight.shape
+    if config is None:
+        config = TUNED.get((M, C, H, W, K, precision))
+    kind = (config or {}).get("kernel") or default_kernel(C, K)
+    rest = {k: v for k, v in (config or {}).items() if k != "kernel"} or None
+    return (TcRowsLayer if kind == "rows" else TcLayer)(weight, bias, H, W, precision, rest)
+
+
 def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, precision: str = "tf32", config=None,
             input_hw=None):
     weight, bias = cc.check_weight(weight, bias)
@@ -159,7 +350,7 @@ def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, precision
 
     def layer_for(h: int, w: int) -> TcLayer:
         if (h, w) not in layers:
-            layers[(h, w)] = TcLayer(weight, bias, h, w, precision, config)
+            layers[(h, w)] = layer(weight, bias, h, w, precision, config)
         return layers[(h, w)]
 
     if input_hw is not None:

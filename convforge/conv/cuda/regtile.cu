@@ -31,6 +31,8 @@
 // Constants: CF_M CF_C CF_H CF_W CF_K (layer), CF_TM CF_HT CF_WT CF_NT CF_BH CF_MINB CF_PUNROLL
 // (launch shape), CF_POOL CF_ACT (0 none, 1 tanh, 2 relu, 3 sigmoid), CF_XSMEM CF_WSMEM.
 
+#include "async_copy.cuh"
+
 #ifndef CF_TM
 #define CF_TM 8
 #endif
@@ -103,35 +105,6 @@ static_assert(BH % HT == 0, "CF_BH must be a multiple of CF_HT");
 static_assert(HT % POOL == 0 && WT % POOL == 0, "a thread tile must cover whole pooling windows");
 static_assert(HE >= 1 && WE >= 1, "empty output");
 static_assert(PIPE >= 0 && PIPE <= 2, "CF_PIPE is 0, 1 or 2");
-
-// Asynchronous 4-byte global -> shared copies (cp.async, sm_80+): the staging loop issues every copy of a
-// band without waiting on any (a plain load + store serialises one device-memory latency per row);
-// out-of-range elements are zero-filled (src-size 0). The host emulation copies synchronously.
-__device__ __forceinline__ void copy_async4(float* dst, const float* src, bool valid)
-{
-#if defined(__CUDA_ARCH__)
-    unsigned d;
-    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(d) : "l"(dst));
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" :: "r"(d), "l"(src), "r"(valid ? 4 : 0) : "memory");
-#else
-    *dst = valid ? *src : 0.0f;
-#endif
-}
-
-__device__ __forceinline__ void copy_commit()
-{
-#if defined(__CUDA_ARCH__)
-    asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-}
-
-template <int N>
-__device__ __forceinline__ void copy_wait()
-{
-#if defined(__CUDA_ARCH__)
-    asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
-#endif
-}
 
 // Issue the copies of unit u's band (all C channels, XR rows, PITCH columns, zero padded) into dst.
 __device__ __forceinline__ void stage_async(float* dst, const float* __restrict__ x, long long u, int lane, int warp)

@@ -1,0 +1,35 @@
+// Asynchronous 4-byte global -> shared copies (cp.async, sm_80+), shared by the kernels that stage their
+// input: a staging loop issues every copy of a tile without waiting on any (a plain load + store
+// serialises one device-memory latency per element or row); out-of-range elements are zero-filled
+// (src-size 0). The host emulation copies synchronously. Included textually by cuda_common.load_source
+// (so NVRTC needs no include path and its cache key covers this file); nvcc finds it beside the kernel.
+
+namespace {
+
+__device__ __forceinline__ void copy_async4(float* dst, const float* src, bool valid)
+{
+#if defined(__CUDA_ARCH__)
+    unsigned d;
+    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(d) : "l"(dst));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" :: "r"(d), "l"(src), "r"(valid ? 4 : 0) : "memory");
+#else
+    *dst = valid ? *src : 0.0f;
+#endif
+}
+
+__device__ __forceinline__ void copy_commit()
+{
+#if defined(__CUDA_ARCH__)
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+
+template <int N>
+__device__ __forceinline__ void copy_wait()
+{
+#if defined(__CUDA_ARCH__)
+    asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
+#endif
+}
+
+}  // namespace
