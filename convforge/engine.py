@@ -209,10 +209,11 @@ class Engine:
         return self._result(predictions, labels, time.perf_counter() - t0)
 
     def _warm_up(self, images: np.ndarray, chunk: Optional[int] = None) -> None:
-        """On a GPU, one untimed pass per chunk size first: JIT compilation and autotuning (Triton, NVRTC)
-        happen at the first call of a shape, and are one-time preparation, not Op Time."""
-        if self.device != "cuda":
-            return  # CPU implementations compile in prepare(); a second pass would double a CPU run
+        """On a GPU (or for an implementation that compiles per input shape), one untimed pass per chunk
+        size first: JIT compilation and autotuning (Triton, NVRTC, Inductor) happen at the first call of a
+        shape, and are one-time preparation, not Op Time."""
+        if self.device != "cuda" and not self.impl.compiles_per_shape:
+            return  # our CPU kernels compile in prepare(); a second pass would double a CPU run
         chunk = chunk or self.chunk
         sizes = {min(chunk, images.shape[0])}
         if images.shape[0] % chunk:
@@ -223,7 +224,8 @@ class Engine:
                 block = torch.from_numpy(images[:size]).to(self.device)
                 self.forward(block.to(torch.float32).unsqueeze(1), timed=False)
                 self._warm_batches.add(size)
-        torch.cuda.synchronize()
+        if self.device == "cuda":
+            torch.cuda.synchronize()
         self.prepare_time_s += time.perf_counter() - t0
 
     def run_streamed(self, images: np.ndarray, labels: Optional[np.ndarray] = None, streams: int = 4,

@@ -3,7 +3,8 @@
 profile: the real command on the CPU (operator table, Op Time and Correctness lines, a Chrome trace), and
 the GPU tables built from hand-made profiler events, since this code path cannot run without a GPU.
 report: the real command on a SYNTHETIC bench file (made-up timings in the bench schema, generated below),
-checking every chart is a real PNG, the HTML page embeds them, and bad input ends in one line, exit 2.
+checking every chart is a real PNG, the HTML page embeds them, and bad input ends in one line, exit 2; the
+bar charts' panels (one per layer, fastest first) on it, and their size on the recorded H200 bench file.
 """
 
 from __future__ import annotations
@@ -206,6 +207,61 @@ def test_report_writes_charts_page_and_summary(cli, tmp_path):
     assert any(line.startswith("| fa17 L1 | 10000 | torch conv+act+pool | ") for line in table), "fused baseline"
     assert any("cuda-fused-layer (fused)" in line and "x |" in line for line in table)
     assert str(out / report.PAGE_FILE) in stdout
+
+
+def _labels(ax) -> list[str]:
+    return [label.get_text() for label in ax.get_yticklabels()]
+
+
+def test_bar_charts_have_one_panel_per_layer_fastest_first():
+    rows = synthetic_bench_rows()
+    table = report._Table(rows)
+    fig = report.facet_bars_figure(table, lambda r: r["median_ms"], "ms", "op time", table.series, with_spread=True)
+    assert [ax.get_title().splitlines()[0] for ax in fig.axes] == list(SYNTHETIC_LAYERS)
+    assert fig.axes[0].get_title().splitlines()[1] == "B=10000, M50 C1 28x28 K5"
+    assert fig.get_figwidth() <= report.FACET_MAX_WIDTH_IN
+    for ax, layer in zip(fig.axes, SYNTHETIC_LAYERS):
+        # conv rows ranked by time, then the fused rows (conv + activation + pool) ranked among themselves
+        medians = {table.series_name(r): r["median_ms"] for r in rows if r["layer"] == layer and r["B"] == 10000}
+        labels = _labels(ax)
+        conv_rows = [name for name in labels if not name.endswith((" (fused)", "conv+act+pool"))]
+        fused_rows = labels[len(conv_rows):]
+        assert conv_rows == sorted(conv_rows, key=medians.get) == ["cuda-fused-gemm", "torch", "cuda-naive"]
+        assert fused_rows == ["cuda-fused-layer (fused)", "torch conv+act+pool"]
+        assert ax.get_xscale() == "log", "times spanning a decade and more: log axis"
+        assert [label.get_fontstyle() for label in ax.get_yticklabels()] == \
+            ["normal", "italic", "normal", "normal", "italic"], "the baselines are marked"
+
+    close = [dict(r, median_ms=1.0 + 0.1 * i, p20_ms=None, p80_ms=None) for i, r in enumerate(rows) if r["B"] == 100]
+    fig = report.facet_bars_figure(report._Table(close), lambda r: r["median_ms"], "ms", "op time",
+                                   report._Table(close).series)
+    assert {ax.get_xscale() for ax in fig.axes} == {"linear"}, "times within a factor of 2: linear axis"
+
+    table = report._Table(rows)
+    speedups = [s for s in table.series if s not in table.baselines]
+    fig = report.facet_bars_figure(table, report._speedup, "x", "speedup", speedups, speedup=True)
+    assert _labels(fig.axes[0]) == ["cuda-fused-gemm", "cuda-naive", "cuda-fused-layer (fused)"], \
+        "the baselines are not bars of their own speedup chart; fastest (highest speedup) first"
+
+
+@pytest.mark.slow
+def test_bar_charts_of_the_recorded_h200_run_stay_readable():
+    """The recorded bench file (14 implementations, 11 layers): the grouped bars were 54 inches wide."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "h200-2026-11-21" / "bench_b10000.json"
+    if not path.is_file():
+        pytest.skip(f"{path} is not in this checkout")
+    import io
+    import matplotlib.image
+    table = report._Table(report.load_rows([path]))
+    assert len(table.layers) == 11 and len(table.series) >= 17
+    for chart in (report.chart_op_time, report.chart_speedup):
+        png = chart(table)
+        assert png.startswith(PNG_MAGIC)
+        height, width = matplotlib.image.imread(io.BytesIO(png)).shape[:2]
+        assert 1000 <= width <= 110 * report.FACET_MAX_WIDTH_IN, (chart.__name__, width)  # 110 dpi
+        assert 800 <= height <= 110 * 14, (chart.__name__, height)
+    fig = report.facet_bars_figure(table, lambda r: report._value(r, "median_ms"), "ms", "op time", table.series)
+    assert len(fig.axes) == 11 and len(_labels(fig.axes[0])) == len(table.at_largest_batch("fa17 L1"))
 
 
 def test_load_rows_converts_csv_numbers_but_not_versions(tmp_path):

@@ -60,6 +60,7 @@ class ConvImpl:
     requires: tuple[str, ...] = ()  # optional Python packages it imports when prepared
     fuses: bool = False            # provides prepare_fused (conv + bias + activation + max pool)
     install_hint: str = ""
+    compiles_per_shape: bool = False  # compiles at its first call of each input shape, also on a CPU
 
     @property
     def exact(self) -> bool:
@@ -125,6 +126,11 @@ IMPLEMENTATIONS: tuple[ConvImpl, ...] = (
              "float64 NumPy, the course pseudo-code's sum (the verification reference)"),
     ConvImpl("torch", "torch_conv", ("cpu", "cuda"), "fp32",
              "F.conv2d: the framework baseline, oneDNN on CPU, cuDNN with TF32 off on GPU (milestone 1)"),
+    ConvImpl("torch-compile", "torch_compile", ("cpu", "cuda"), "fp32",
+             "comparison baseline, not ours: torch.compile (Inductor, max-autotune without CUDA graphs) of conv "
+             "[+ act + pool] as one graph, TF32 off; compiles on the first call per input shape, which counts as "
+             "preparation (bench's warm-up calls and the engine's warm-up pass take it), not op time", fuses=True,
+             compiles_per_shape=True),
     # -- CPU (milestone 2) --------------------------------------------------------------------------
     ConvImpl("cpu-loops", "cpu_loops", ("cpu",), "fp32",
              "the course's seven-loop pseudo-code as written, Numba, one thread", ("numba",), install_hint=_NUMBA),

@@ -3,11 +3,13 @@
 The course compared its kernels by hand, Op Time line against Op Time line. This turns the rows that
 ``convforge bench`` writes (CSV or JSON, one row per layer x batch x implementation) into:
 
-    op_time.png        median op time per implementation per layer at the layer's largest batch (log scale)
+    op_time.png        median op time per implementation at each layer's largest batch: one panel per layer,
+                       bars sorted fastest first (fused conv+act+pool rows in their own group), log axis where
+                       a panel's times span a decade
     roofline.png       achieved GFLOP/s against arithmetic intensity (flops / bytes) under the machine's measured
                        ceilings: copy bandwidth (copy_gbps) and matrix-multiply rate (matmul_gflops)
     batch_scaling.png  op time against batch size, one panel per layer, one line per implementation (log-log)
-    speedup.png        speedup over the framework baseline per layer per implementation, at the largest batch
+    speedup.png        speedup over the framework baseline at each layer's largest batch, panels as op_time.png
     summary.md         the largest-batch rows as a markdown table (layer, impl, median ms, speedup, % of roofline)
     report.html        all of it in one file, images embedded as data: URIs, plus the table of every row
 
@@ -209,9 +211,12 @@ class _Table:
             self.cell[(layer, int(row["B"]), name)] = row  # a repeated measurement: the later one wins
         self.largest_batch = {layer: max(b for (l, b, _) in self.cell if l == layer) for layer in self.layers}
         baselines = [s for s in self.series if any(_is_baseline(r) for r in rows if self.series_name(r) == s)]
+        self.baselines = frozenset(baselines)
         self.colours = {}
         from matplotlib import colormaps
-        palette = colormaps["tab10" if len(self.series) <= 10 else "tab20"].colors
+        # tab10/tab20 without their greys: grey is the baseline's
+        palette = [c for c in colormaps["tab10" if len(self.series) <= 10 else "tab20"].colors
+                   if not c[0] == c[1] == c[2]]
         others = [s for s in self.series if s not in baselines]
         for i, name in enumerate(others):
             self.colours[name] = palette[i % len(palette)]
@@ -258,56 +263,133 @@ def _plain_log_ticks(axis, suffix: str = "") -> None:
     axis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}{suffix}" if f"{v:.0e}"[0] in "25" else ""))
 
 
-def _grouped_bars(table: _Table, value_of, ylabel: str, title: str, series: Sequence[str],
-                  with_spread: bool = False, from_one: bool = False, suffix: str = "") -> Optional[bytes]:
-    """One group of bars per layer (its largest batch), one bar per series; from_one: bars span 1..value."""
-    layers = [layer for layer in table.layers
-              if any(value_of(r) for s, r in table.at_largest_batch(layer).items() if s in series)]
-    if not layers:
+# Faceted bar charts: one panel per layer, fixed total width, horizontal bars so that ~20 names stay legible.
+FACET_COLUMNS = 4           # panels per row, at most
+FACET_MAX_WIDTH_IN = 16.0   # the whole figure's width, at most
+FACET_PANEL_WIDTH_IN = 4.0
+FACET_BAR_IN = 0.16         # height of one bar's row
+FACET_PANEL_EXTRA_IN = 1.1  # a panel's two-line title and its axis
+LOG_SPAN = 10.0             # a panel's values spanning this factor or more get a log axis
+
+
+def _kind(row: dict) -> str:
+    return str(row.get("kind") or "conv")
+
+
+def _panel_groups(table: _Table, layer: str, series: Sequence[str], value_of,
+                  descending: bool) -> list[tuple[str, list[tuple[str, dict, float]]]]:
+    """(kind, [(series, row, value)]) of one layer at its largest batch: the plain conv rows first, then the
+    fused ones (they do more work, so they are not ranked together), each group sorted by value (largest
+    first when ``descending``: a speedup), so fastest first."""
+    groups: dict[str, list[tuple[str, dict, float]]] = {}
+    for name, row in table.at_largest_batch(layer).items():
+        value = value_of(row) if name in series else None
+        if value is not None:
+            groups.setdefault(_kind(row), []).append((name, row, value))
+    order = sorted(groups, key=lambda kind: (kind != "conv", list(groups).index(kind)))
+    return [(kind, sorted(groups[kind], key=lambda item: -item[2] if descending else item[2]))
+            for kind in order]
+
+
+def _panel_title(table: _Table, layer: str) -> str:
+    row = next(iter(table.at_largest_batch(layer).values()))
+    shape = ""
+    if all(isinstance(row.get(k), (int, float)) for k in ("M", "C", "H", "W", "K")):
+        shape = f", M{row['M']} C{row['C']} {row['H']}x{row['W']} K{row['K']}"
+    return f"{layer}\nB={table.largest_batch[layer]}{shape}"
+
+
+def facet_bars_figure(table: _Table, value_of, xlabel: str, title: str, series: Sequence[str],
+                      with_spread: bool = False, speedup: bool = False):
+    """One panel per layer (its largest batch), one horizontal bar per series, fastest at the top; the figure
+    (None when no layer has a value). Each panel has its own axis, logarithmic where its values span
+    LOG_SPAN or more. ``speedup``: bars grow from 1x, sorted by speedup, labelled '2.5x'; else bars from 0
+    labelled with the value, and with ``with_spread`` p20-p80 whiskers."""
+    from matplotlib.ticker import NullFormatter
+    panels = [(layer, groups) for layer in table.layers
+              if (groups := _panel_groups(table, layer, series, value_of, speedup))]
+    if not panels:
         return None
-    fig = _figure(max(6.0, 1.1 * len(layers) * max(1, len(series)) ** 0.5 + 3), 4.8)
-    ax = fig.add_subplot()
-    width = 0.8 / max(1, len(series))
-    for i, name in enumerate(series):
-        xs, ys, low, high = [], [], [], []
-        for x, layer in enumerate(layers):
-            row = table.at_largest_batch(layer).get(name)
-            value = value_of(row) if row else None
-            if value is None:
-                continue
-            xs.append(x - 0.4 + width * (i + 0.5))
-            ys.append(value)
-            p20, p80 = (_value(row, "p20_ms"), _value(row, "p80_ms")) if with_spread else (None, None)
-            low.append(max(0.0, value - p20) if p20 else 0.0)
-            high.append(max(0.0, p80 - value) if p80 else 0.0)
-        if xs:
-            # On a log axis a speedup bar grows up from 1x (faster) or down from it (slower).
-            ax.bar(xs, [y - 1 for y in ys] if from_one else ys, width, bottom=1 if from_one else 0, label=name,
-                   color=table.colours[name], yerr=[low, high] if with_spread and any(low + high) else None,
-                   capsize=2)
-    if from_one:
-        ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.set_yscale("log")
-    _plain_log_ticks(ax.yaxis, suffix)
-    ax.set_xticks(range(len(layers)), [f"{layer}\nB={table.largest_batch[layer]}" for layer in layers])
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.grid(axis="y", which="both", alpha=0.3)
-    fig.legend(loc="outside right upper", fontsize="small")
-    return _png(fig)
+    columns = min(FACET_COLUMNS, len(panels))
+    rows_of_panels = math.ceil(len(panels) / columns)
+    slots = [sum(len(items) for _, items in groups) + 0.8 * (len(groups) - 1) for _, groups in panels]
+    heights = [max(slots[r * columns:(r + 1) * columns]) * FACET_BAR_IN + FACET_PANEL_EXTRA_IN
+               for r in range(rows_of_panels)]
+    fig = _figure(min(FACET_MAX_WIDTH_IN, FACET_PANEL_WIDTH_IN * columns), sum(heights) + 0.6)
+    grid = fig.add_gridspec(rows_of_panels, columns, height_ratios=heights)
+    for index, (layer, groups) in enumerate(panels):
+        ax = fig.add_subplot(grid[index // columns, index % columns])
+        positions, names, values, colours, low, high = [], [], [], [], [], []
+        y = 0.0
+        for number, (_, items) in enumerate(groups):
+            if number:
+                ax.axhline(y - 0.9, color="grey", linewidth=0.6, linestyle=":")
+            for name, row, value in items:
+                positions.append(y)
+                names.append(name)
+                values.append(value)
+                colours.append(table.colours[name])
+                p20, p80 = (_value(row, "p20_ms"), _value(row, "p80_ms")) if with_spread else (None, None)
+                low.append(max(0.0, value - p20) if p20 else 0.0)
+                high.append(max(0.0, p80 - value) if p80 else 0.0)
+                y += 1
+            y += 0.8
+        extent = values + ([1.0] if speedup else []) + [v + h for v, h in zip(values, high)]
+        smallest, largest = min(extent), max(extent)
+        log = largest / smallest >= LOG_SPAN
+        if speedup:  # bars from 1x: right for faster than the baseline, left for slower
+            ax.barh(positions, [v - 1 for v in values], left=1, color=colours, height=0.8)
+            ax.axvline(1.0, color="black", linewidth=0.8)
+        else:
+            ax.barh(positions, values, color=colours, height=0.8,
+                    xerr=[low, high] if with_spread and any(low + high) else None, capsize=1.5,
+                    error_kw={"elinewidth": 0.6})
+        if log:
+            ax.set_xscale("log")
+            low_limit, high_limit = smallest / 1.5, largest * 3.0
+            ax.set_xlim(low_limit, high_limit)
+            _plain_log_ticks(ax.xaxis, "x" if speedup else "")
+            if high_limit / low_limit > 300:  # a narrow panel has room for 2x and 5x labels over two decades at most
+                ax.xaxis.set_minor_formatter(NullFormatter())
+        else:
+            ax.set_xlim(0, largest * 1.35)
+        for position, value, spread in zip(positions, values, high):
+            end = max(value, 1.0) if speedup else value + spread  # a slower-than-baseline bar ends at 1x
+            ax.text(end * 1.06 if log else end + 0.02 * largest, position,
+                    f"{value:.2f}x" if speedup else f"{value:.0f}" if value >= 100 else f"{value:.3g}",
+                    va="center", ha="left", fontsize=6)
+        ax.set_yticks(positions, names, fontsize=7)
+        for label, name in zip(ax.get_yticklabels(), names):
+            if name in table.baselines:  # drawn in grey; in italics too
+                label.set_fontstyle("italic")
+        ax.set_ylim(positions[-1] + 0.7, -0.7)  # top to bottom: fastest first
+        ax.tick_params(axis="x", which="both", labelsize=7)
+        ax.set_xlabel(xlabel + (" (log)" if log else ""), fontsize=7)
+        ax.set_title(_panel_title(table, layer), fontsize=8)
+        ax.grid(axis="x", which="both", alpha=0.3)
+    fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def _fused_note(table: _Table) -> str:
+    return "; fused conv+act+pool rows below the dotted line" if any(_kind(r) != "conv" for r in table.rows) else ""
 
 
 def chart_op_time(table: _Table) -> Optional[bytes]:
-    return _grouped_bars(table, lambda r: _value(r, "median_ms"), "op time, ms (bar: median, whiskers: p20-p80)",
-                         "Op time per implementation, at each layer's largest batch", table.series, with_spread=True)
+    fig = facet_bars_figure(table, lambda r: _value(r, "median_ms"), "median op time, ms",
+                            "Op time at each layer's largest batch, fastest first\n"
+                            f"(whiskers: p20-p80{_fused_note(table)}; baseline in grey)",
+                            table.series, with_spread=True)
+    return None if fig is None else _png(fig)
 
 
 def chart_speedup(table: _Table) -> Optional[bytes]:
-    series = [s for s in table.series
-              if not any(_is_baseline(r) for r in table.rows if table.series_name(r) == s)]
-    return _grouped_bars(table, _speedup, "speedup (log scale)",
-                         f"Speedup over the framework baseline, at each layer's largest batch\n"
-                         f"(baseline: {_baselines_text(table.rows)})", series, from_one=True, suffix="x")
+    series = [s for s in table.series if s not in table.baselines]
+    fig = facet_bars_figure(table, _speedup, "speedup over the baseline",
+                            f"Speedup over the framework baseline at each layer's largest batch, fastest first\n"
+                            f"(baseline: {_baselines_text(table.rows)}{_fused_note(table)})",
+                            series, speedup=True)
+    return None if fig is None else _png(fig)
 
 
 def chart_batch_scaling(table: _Table) -> Optional[bytes]:
