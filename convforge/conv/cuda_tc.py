@@ -285,47 +285,34 @@ def unavailable_reason() -> Optional[str]:
 
 
 class TcLayer:
-    def __init__(self, weight, bias, H: int, W: int, precision: str, config=None):
+    """One layer's tensor-core kernel for one input size: the gather kernel (tc.cu) or the rows kernel
+    (tc_rows.cu); both take (y, x, packed weights, bias, B) and loop over images (rows: units of ib images)."""
+
+    def __init__(self, weight, bias, H: int, W: int, precision: str, config=None, rows: bool = False):
         M, C, K, _ = weight.shape
         self.device = weight.device
         info = cc.device_info(self.device)
-        self.geom = plan(M, C, H, W, K, precision, config, info.smem_per_block_optin)
-        self.bfrag = pack_fragments(weight, self.geom)
+        if rows:
+            self.geom = plan_rows(M, C, H, W, K, precision, config, info.smem_per_block_optin)
+            self.packed, name, self.per_unit = pack_rows(weight, self.geom), "conv_tc_rows", self.geom.ib
+        else:
+            self.geom = plan(M, C, H, W, K, precision, config, info.smem_per_block_optin)
+            self.packed, name, self.per_unit = pack_fragments(weight, self.geom), "conv_tc", 1
+        self.rows = rows
         self.bias = bias
-        self.kernel = cc.kernel(self.geom.spec(), "conv_tc", self.device)
+        self.kernel = cc.kernel(self.geom.spec(), name, self.device)
         self.grid_cap = info.sm_count * max(1, self.kernel.blocks_per_sm(self.geom.nt, self.geom.smem_bytes))
 
     def __call__(self, x: torch.Tensor, out: Optional[torch.Tensor]) -> torch.Tensor:
         g = self.geom
         B = x.shape[0]
-        y, result = cc.output(out, (B, g.M, g.H - g.K + 1, g.W - g.K + 1), x)
-        if y.numel():
-            self.kernel((min(B, self.grid_cap),), (g.nt,),
-                        (cc.ptr(y), cc.ptr(x), cc.ptr(self.bfrag), cc.ptr(self.bias), cc.i32(B)),
-                        shared_mem=g.smem_bytes)
-        return cc.finish(y, result)
-
-
-class TcRowsLayer:
-    def __init__(self, weight, bias, H: int, W: int, precision: str, config=None):
-        M, C, K, _ = weight.shape
-        self.device = weight.device
-        info = cc.device_info(self.device)
-        self.geom = plan_rows(M, C, H, W, K, precision, config, info.smem_per_block_optin)
-        self.wpad = pack_rows(weight, self.geom)
-        self.bias = bias
-        self.kernel = cc.kernel(self.geom.spec(), "conv_tc_rows", self.device)
-        self.grid_cap = info.sm_count * max(1, self.kernel.blocks_per_sm(self.geom.nt, self.geom.smem_bytes))
-
-    def __call__(self, x: torch.Tensor, out: Optional[torch.Tensor]) -> torch.Tensor:
-        g = self.geom
-        B = x.shape[0]
-        y, result = cc.output(out, (B, g.M, g.ho, g.wo), x)
-        if g.wo % 2 == 0 and y.data_ptr() % 8:
+        ho, wo = g.H - g.K + 1, g.W - g.K + 1
+        y, result = cc.output(out, (B, g.M, ho, wo), x)
+        if self.rows and wo % 2 == 0 and y.data_ptr() % 8:
             y = torch.empty_like(y)  # 8-byte stores need an aligned buffer (torch allocations always are)
         if y.numel():
-            self.kernel((min(cc.cdiv(B, g.ib), self.grid_cap),), (g.nt,),
-                        (cc.ptr(y), cc.ptr(x), cc.ptr(self.wpad), cc.ptr(self.bias), cc.i32(B)),
+            self.kernel((min(cc.cdiv(B, self.per_unit), self.grid_cap),), (g.nt,),
+                        (cc.ptr(y), cc.ptr(x), cc.ptr(self.packed), cc.ptr(self.bias), cc.i32(B)),
                         shared_mem=g.smem_bytes)
         return cc.finish(y, result)
 
@@ -338,7 +325,7 @@ def layer(weight, bias, H: int, W: int, precision: str, config=None):
         config = TUNED.get((M, C, H, W, K, precision))
     kind = (config or {}).get("kernel") or default_kernel(C, K)
     rest = {k: v for k, v in (config or {}).items() if k != "kernel"} or None
-    return (TcRowsLayer if kind == "rows" else TcLayer)(weight, bias, H, W, precision, rest)
+    return TcLayer(weight, bias, H, W, precision, rest, rows=kind == "rows")
 
 
 def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, precision: str = "tf32", config=None,
