@@ -151,3 +151,16 @@ def test_choose_block():
         for kernel in (1, 3, 5, 7, 11):
             block = choose_block(maps, kernel)
             assert 1 <= block <= maps and block * kernel <= max(kernel, 25)
+
+
+@pytest.mark.parametrize("case", [(37, 6, 2, 12, 20, 5), (33, 4, 2, 12, 9, 5), (17, 3, 1, 11, 7, 3)],
+                         ids=["one-row-bands", "bands-of-4-rows", "short-last-band"])
+def test_parallel_accumulator_bands(monkeypatch, case):
+    """cpu-parallel accumulates a band of output rows and writes it back as one run of each plane: with a
+    tiny band budget the bands are single rows, several rows, or end with a short band (16-float chunks
+    overlapping, or the scalar path when a run is shorter than 16)."""
+    from convforge.conv import cpu_parallel
+    monkeypatch.setattr(cpu_parallel, "ACC_BYTES", 4096)
+    monkeypatch.setattr(cpu_parallel, "_KERNELS", {})
+    for bias in (False, True):
+        _check("cpu-parallel", case, bias, seed=zlib.crc32(repr((case, bias)).encode()))

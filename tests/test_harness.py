@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Optional
 
 import numpy as np
@@ -344,3 +348,103 @@ def test_cli_bench_report_without_the_report_module_is_a_user_error(cli, tmp_pat
     code, out, err = cli("bench", "--device", "cpu", "--report", tmp_path)
     assert code == 2 and "convforge.harness.report" in err and not out
 
+
+
+# ------------------------------------------------------------------- bench: allocation and load fields
+
+LOAD_KEYS = ("minflt_per_call", "loadavg_1m", "other_cpu_pct", "steal_pct")
+
+
+def test_time_calls_reports_page_faults_and_load_of_the_timed_calls():
+    touched = []
+    load: dict = {}
+    # Each timed call touches a fresh 4 MiB tensor: about 1024 minor faults (fewer with huge pages).
+    times = bench.time_calls(lambda x: touched.append(torch.ones(1 << 20).sum()), [torch.zeros(1)], "cpu",
+                             warmup=1, repeat=4, load=load)
+    assert len(times) == 4 and set(load) == set(LOAD_KEYS)
+    assert load["minflt_per_call"] >= 0 and load["loadavg_1m"] is not None and load["loadavg_1m"] >= 0
+    assert load["other_cpu_pct"] is None or load["other_cpu_pct"] >= 0
+    assert load["steal_pct"] is None or load["steal_pct"] >= 0
+
+
+def test_load_fields_arithmetic():
+    before = bench.Counters(wall_s=10.0, minflt=100, own_cpu_s=1.0, busy_s=50.0, steal_s=2.0)
+    after = bench.Counters(wall_s=12.0, minflt=700, own_cpu_s=4.0, busy_s=54.0, steal_s=2.5)
+    fields = bench.load_fields(before, after, calls=3)
+    cores = os.cpu_count()
+    assert fields["minflt_per_call"] == 200
+    assert fields["other_cpu_pct"] == pytest.approx(100 * (4.0 - 3.0) / (2.0 * cores))
+    assert fields["steal_pct"] == pytest.approx(100 * 0.5 / (2.0 * cores))
+    unknown = bench.Counters(wall_s=12.0, minflt=700, own_cpu_s=4.0, busy_s=None, steal_s=None)
+    assert bench.load_fields(before, unknown, calls=3)["other_cpu_pct"] is None
+
+
+def test_rows_record_the_allocation_environment_and_load():
+    cases = bench.bench_cases([], [ConvShape(2, 4, 1, 12, 12, 3)], [])
+    ceilings = bench.Ceilings(copy_gbps=10.0, matmul_gflops=100.0, fma_gflops=300.0)
+    (row,) = bench.run_bench(cases, [conv.get("torch")], "cpu", ceilings, warmup=0, repeat=3,
+                             show_progress=False).rows
+    assert tuple(row) == bench.ROW_KEYS and row["fma_gflops"] == 300.0
+    assert all(row[key] is None or row[key] >= 0 for key in LOAD_KEYS) and row["minflt_per_call"] is not None
+    assert row["thp_enabled"] == bench.thp_setting("enabled") and row["thp_defrag"] == bench.thp_setting("defrag")
+    assert row["torch_thp_alloc"] == bench.torch_thp_alloc()
+
+
+def test_thp_setting_reads_the_selected_value(tmp_path, monkeypatch):
+    (tmp_path / "enabled").write_text("always [madvise] never\n")
+    (tmp_path / "defrag").write_text("always defer defer+madvise [madvise] never\n")
+    monkeypatch.setattr(bench, "THP_SYSFS", tmp_path)
+    assert bench.thp_setting("enabled") == "madvise" and bench.thp_setting("defrag") == "madvise"
+    assert bench.thp_setting("no-such-file") is None
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs Linux /proc/self/smaps")
+def test_torch_thp_alloc_follows_the_environment_torch_started_with():
+    """torch reads THP_MEM_ALLOC_ENABLE once, at its first allocation: the probe sees what it read."""
+    code = ("import os, torch; torch.empty(1); os.environ['THP_MEM_ALLOC_ENABLE'] = '1'\n"
+            "from convforge.harness import bench; print(bench.torch_thp_alloc())")
+    for value, expected in ((None, "False"), ("1", "True")):
+        env = {k: v for k, v in os.environ.items() if k != bench.THP_ENV}
+        if value is not None:
+            env[bench.THP_ENV] = value
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        assert out.stdout.split()[-1] == expected
+
+
+def test_hugepages_in_process_after_torch_allocated_is_a_user_error(cli, monkeypatch):
+    monkeypatch.delenv(bench.THP_ENV, raising=False)
+    monkeypatch.setattr(bench, "torch_thp_alloc", lambda: False)  # as in a process whose torch already allocated
+    code, out, err = cli("bench", "--shape", "1,2,1,6,6,3", "--impl", "torch", "--device", "cpu", "--hugepages")
+    assert code == 2 and not out and "THP_MEM_ALLOC_ENABLE=1" in err
+    assert bench.THP_ENV not in os.environ  # left as it was
+
+
+def test_hugepages_accepted_when_torch_takes_it(cli, monkeypatch):
+    monkeypatch.setattr(bench, "torch_thp_alloc", lambda: True)
+    monkeypatch.setattr(bench, "measure_ceilings", lambda device: FAKE_CEILINGS)
+    code, out, _ = cli("bench", "--shape", "1,2,1,6,6,3", "--impl", "torch", "--device", "cpu", "--repeat", "3",
+                       "--hugepages", "--json")
+    assert code == 0 and json.loads(out)[0]["torch_thp_alloc"] is True
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs Linux /proc/self/smaps")
+def test_hugepages_restarts_a_command_whose_torch_already_allocated(tmp_path):
+    """A `convforge bench` whose torch has allocated re-executes itself with THP_MEM_ALLOC_ENABLE=1."""
+    script = tmp_path / "bench_after_allocating.py"
+    script.write_text("import os, sys, torch\n"
+                      "torch.empty(1)  # torch's allocator reads THP_MEM_ALLOC_ENABLE now (unset)\n"
+                      "from convforge.harness import bench\n"
+                      "bench.use_hugepages()\n"
+                      "print(bench.torch_thp_alloc(), os.environ.get(bench.RESTARTED_ENV))\n")
+    env = {k: v for k, v in os.environ.items() if k not in (bench.THP_ENV, bench.RESTARTED_ENV)}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(bench.__file__).parents[2]), env.get("PYTHONPATH", "")])
+    out = subprocess.run([sys.executable, str(script), "bench", "--hugepages"], env=env, capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.split() == ["True", "1"]
+
+
+def test_fma_probe_source_compiles_and_measures():
+    pytest.importorskip("numba")
+    assert bench.fma_peak_gflops(1, budget_s=0.01) > 0
+    source = bench.fma_source()
+    assert source.count(" * a + b") == bench.FMA_CHAINS * bench.FMA_DEPTH

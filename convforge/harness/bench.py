@@ -13,6 +13,13 @@ FLOPs / matmul rate), both ceilings measured here at start-up (a large device-to
 plus written; an fp32 matrix product with TF32 off); the fused floor counts only the pooled output.
 Every implementation is checked against the float64 reference on the layer's shape (B = 2) before it is
 timed, and not timed if wrong.
+
+Each row also records what it ran under: the transparent-huge-page settings, whether torch's CPU
+allocator advises huge pages (THP_MEM_ALLOC_ENABLE, probed), and over its timed calls the minor page faults
+per call, the 1-minute load average, and the CPU time other processes used and the hypervisor stole. On a
+CPU at large batches a fresh output's first-touch page faults can cost as much as the convolution, for
+torch and for every implementation here alike (they all allocate their outputs through torch); ``--hugepages``
+switches torch's allocator to huge pages for the whole run, the baseline included.
 """
 
 from __future__ import annotations
@@ -22,8 +29,10 @@ import csv
 import importlib.util
 import io
 import json
+import os
 import platform
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -33,6 +42,11 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+try:
+    import resource  # Unix: page faults and CPU time of this process
+except ImportError:  # pragma: no cover
+    resource = None
 
 from convforge import conv
 from convforge.console import print_table
@@ -51,7 +65,14 @@ MAX_REPEATS = 200
 DEFAULT_WARMUP = 2
 DEFAULT_BUDGET_S = 1.0                           # timed calls per case stop after this, once MIN_REPEATS are in
 COPY_BYTES = {"cuda": 1 << 30, "cpu": 256 << 20}  # the bandwidth ceiling's copy
-MATMUL_N = {"cuda": 8192, "cpu": 2048}            # the arithmetic ceiling's N x N x N product
+MATMUL_SIZES = {"cuda": (8192,), "cpu": (1024, 1536, 2048)}  # the arithmetic ceiling: N x N x N products, the best
+FMA_CHAINS, FMA_DEPTH, FMA_LANES = 12, 8, 16     # the CPU FMA-peak probe: independent 16-lane chains
+FMA_CALL_S = 0.05                                 # seconds per FMA-probe call
+THP_SYSFS = Path("/sys/kernel/mm/transparent_hugepage")
+THP_ENV = "THP_MEM_ALLOC_ENABLE"                  # read by torch's CPU allocator at its first allocation
+RESTARTED_ENV = "CONVFORGE_BENCH_RESTARTED"       # set in a bench that re-executed itself (no second restart)
+THP_PROBE_BYTES = 64 << 20                        # above torch's 2 MiB huge-page threshold and glibc's largest
+                                                  # mmap threshold: a fresh mapping of its own (never touched)
 MAX_ROTATION_COPIES = 4096                        # input copies a GPU case cycles through, at most
 CHECK_BATCH = 2                                   # batch of the correctness check before timing
 BASELINE = "torch"
@@ -61,19 +82,72 @@ ROW_KEYS = ("kind", "model", "layer", "B", "M", "C", "H", "W", "K", "impl", "pre
             "median_ms", "p20_ms", "p80_ms", "repeats", "flops", "bytes", "gflops", "gbps", "floor_ms",
             "roofline_pct", "baseline", "baseline_ms", "speedup", "copy_gbps", "matmul_gflops",
             "machine", "cpu", "threads", "gpu", "torch", "cuda", "cudnn", "numba", "triton", "cupy", "python",
-            "date")
+            "date", "fma_gflops", "minflt_per_call", "loadavg_1m", "other_cpu_pct", "steal_pct", "thp_enabled",
+            "thp_defrag", "torch_thp_alloc")
 
 
 # ----------------------------------------------------------------------------------------- timing
 
+@dataclass(frozen=True)
+class Counters:
+    """Process and machine counters at one moment (see ``read_counters``)."""
+    wall_s: float
+    minflt: int                  # this process's minor page faults so far, all threads
+    own_cpu_s: float             # this process's user + system CPU time so far, all threads
+    busy_s: Optional[float]      # every CPU's user + nice + system + irq + softirq time (/proc/stat; None off Linux)
+    steal_s: Optional[float]     # time the hypervisor ran something else on our virtual CPUs
+
+
+def _proc_stat() -> tuple[Optional[float], Optional[float]]:
+    """(busy, steal) seconds summed over all CPUs since boot, from /proc/stat (None, None where absent)."""
+    try:
+        with open("/proc/stat", encoding="ascii") as handle:
+            fields = handle.readline().split()
+    except OSError:
+        return None, None
+    if not fields or fields[0] != "cpu" or len(fields) < 8:
+        return None, None
+    ticks = [int(v) for v in fields[1:]] + [0] * 8
+    hz = os.sysconf("SC_CLK_TCK")
+    user, nice, system, _idle, _iowait, irq, softirq, steal = ticks[:8]
+    return (user + nice + system + irq + softirq) / hz, steal / hz
+
+
+def read_counters() -> Counters:
+    busy, steal = _proc_stat()
+    if resource is None:  # pragma: no cover
+        return Counters(time.perf_counter(), 0, time.process_time(), busy, steal)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return Counters(time.perf_counter(), usage.ru_minflt, usage.ru_utime + usage.ru_stime, busy, steal)
+
+
+def load_fields(before: Counters, after: Counters, calls: int) -> dict:
+    """The row fields of a row's timed calls: minor page faults per call, the 1-minute load average at
+    the end (it counts the bench's own busy threads too), and the share of all CPUs' time (cores x wall)
+    that other processes used and that the hypervisor stole."""
+    capacity = max(after.wall_s - before.wall_s, 1e-9) * (os.cpu_count() or 1)
+    other = steal = None
+    if before.busy_s is not None and after.busy_s is not None:
+        # /proc/stat counts in clock ticks (10 ms): over a short row this share is coarse.
+        other = max(0.0, 100 * ((after.busy_s - before.busy_s) - (after.own_cpu_s - before.own_cpu_s)) / capacity)
+        steal = max(0.0, 100 * (after.steal_s - before.steal_s) / capacity)
+    try:
+        loadavg = os.getloadavg()[0]
+    except OSError:
+        loadavg = None
+    return {"minflt_per_call": (after.minflt - before.minflt) / max(calls, 1), "loadavg_1m": loadavg,
+            "other_cpu_pct": other, "steal_pct": steal}
+
+
 def time_calls(fn: Callable[[torch.Tensor], object], inputs: Sequence[torch.Tensor], device: str,
                warmup: int = DEFAULT_WARMUP, repeat: Optional[int] = None,
-               budget_s: float = DEFAULT_BUDGET_S) -> np.ndarray:
+               budget_s: float = DEFAULT_BUDGET_S, load: Optional[dict] = None) -> np.ndarray:
     """Seconds of each timed call ``fn(inputs[i % len(inputs)])``, after up to ``warmup`` untimed calls.
 
     Warm-up stops early once it has taken ``budget_s`` (a call that long is past compiling and cold
     caches). Timed calls: exactly ``repeat`` when given, else at least MIN_REPEATS and then until
-    ``budget_s`` of wall time or MAX_REPEATS.
+    ``budget_s`` of wall time or MAX_REPEATS. ``load``, when given, receives ``load_fields`` of the
+    timed calls (the counters are read outside the timed regions).
     """
     call = 0
     started = time.perf_counter()
@@ -84,6 +158,7 @@ def time_calls(fn: Callable[[torch.Tensor], object], inputs: Sequence[torch.Tens
         if time.perf_counter() - started >= budget_s:
             break
     times = []
+    before = read_counters() if load is not None else None
     started = time.perf_counter()
     while True:
         with Stopwatch(device) as watch:
@@ -95,6 +170,8 @@ def time_calls(fn: Callable[[torch.Tensor], object], inputs: Sequence[torch.Tens
                 break
         elif len(times) >= MAX_REPEATS or (len(times) >= MIN_REPEATS and time.perf_counter() - started >= budget_s):
             break
+    if load is not None:
+        load.update(load_fields(before, read_counters(), len(times)))
     return np.array(times)
 
 
@@ -118,29 +195,94 @@ def rotated_inputs(x: torch.Tensor) -> list[torch.Tensor]:
 
 @dataclass(frozen=True)
 class Ceilings:
-    """This machine's measured copy bandwidth (bytes read + written) and fp32 matrix-product rate."""
+    """This machine's measured copy bandwidth (bytes read + written) and fp32 matrix-product rate; on a CPU
+    also the fp32 FMA peak of a register-resident loop (recorded only: the floor uses the matmul rate)."""
     copy_gbps: float
     matmul_gflops: float
+    fma_gflops: Optional[float] = None
 
     def floor_s(self, flops: int, bytes_moved: int) -> float:
         return max(bytes_moved / (self.copy_gbps * 1e9), flops / (self.matmul_gflops * 1e9))
 
 
 def measure_ceilings(device: str, budget_s: float = DEFAULT_BUDGET_S) -> Ceilings:
-    """Copy COPY_BYTES[device] device to device and multiply MATMUL_N[device]-square fp32 matrices, TF32 off.
+    """Copy COPY_BYTES[device] device to device and multiply N x N fp32 matrices (TF32 off) for each N of
+    MATMUL_SIZES[device], on torch's threads; on a CPU also time ``fma_peak_gflops``.
 
-    Each ceiling is the fastest of its repeated runs, not the median: it bounds what the machine can do,
-    and a run slowed by other work on the machine must not lower it.
+    Each ceiling is the fastest of its repeated runs (and of the matrix sizes), not the median: it bounds
+    what the machine can do, and a run slowed by other work on the machine must not lower it.
     """
     from convforge.conv.torch_conv import exact_fp32
     exact_fp32()
     source = torch.ones(COPY_BYTES[device] // 4, device=device)
     target = torch.empty_like(source)
     copy_s = float(np.min(time_calls(lambda src: target.copy_(src), [source], device, budget_s=budget_s)))
-    n = MATMUL_N[device]
-    a, b = torch.rand(n, n, device=device), torch.rand(n, n, device=device)
-    matmul_s = float(np.min(time_calls(lambda left: torch.mm(left, b), [a], device, budget_s=budget_s)))
-    return Ceilings(copy_gbps=2 * COPY_BYTES[device] / copy_s / 1e9, matmul_gflops=2 * n ** 3 / matmul_s / 1e9)
+    del source, target
+    matmul_gflops = 0.0
+    for n in MATMUL_SIZES[device]:
+        a, b = torch.rand(n, n, device=device), torch.rand(n, n, device=device)
+        product = torch.empty(n, n, device=device)
+        seconds = float(np.min(time_calls(lambda left: torch.mm(left, b, out=product), [a], device,
+                                          budget_s=budget_s / len(MATMUL_SIZES[device]))))
+        matmul_gflops = max(matmul_gflops, 2 * n ** 3 / seconds / 1e9)
+    fma = fma_peak_gflops(torch.get_num_threads(), budget_s / 2) if device == "cpu" else None
+    return Ceilings(copy_gbps=2 * COPY_BYTES[device] / copy_s / 1e9, matmul_gflops=matmul_gflops, fma_gflops=fma)
+
+
+def fma_source() -> str:
+    """A Numba kernel of FMA_CHAINS independent chains s = s * a + b, FMA_DEPTH deep per pass, each chain
+    FMA_LANES floats wide (the lane loop becomes one AVX-512 register), so the loop is bound by FMA
+    throughput alone: enough independent chains to cover the FMA latency, loads and stores once per
+    FMA_DEPTH multiply-adds."""
+    lanes = FMA_LANES
+    loads = "; ".join(f"s{i} = acc[{lanes * i} + lane]" for i in range(FMA_CHAINS))
+    chain = "; ".join(f"s{i} = s{i} * a + b" for i in range(FMA_CHAINS))
+    body = "\n".join(" " * 12 + chain for _ in range(FMA_DEPTH))
+    stores = "; ".join(f"acc[{lanes * i} + lane] = s{i}" for i in range(FMA_CHAINS))
+    return f'''"""Generated by convforge.harness.bench: the FMA-peak probe ({FMA_CHAINS} chains, {FMA_DEPTH} deep)."""
+
+
+def chains(acc, n, a, b):
+    for _ in range(n):
+        for lane in range({lanes}):
+            {loads}
+{body}
+            {stores}
+'''
+
+
+def fma_peak_gflops(threads: int, budget_s: float = DEFAULT_BUDGET_S / 2) -> Optional[float]:
+    """fp32 GFLOP/s of ``fma_source``'s kernel run on ``threads`` threads at once (Numba, GIL released),
+    the best of repeated runs of about FMA_CALL_S each (at least MIN_REPEATS, then until ``budget_s``).
+    None when Numba is not installed or cannot compile it (the figure is recorded, nothing depends on it)."""
+    try:
+        from convforge.conv.cpu_loops import jit_generated
+        kernel = jit_generated("fma_peak", fma_source(), "chains", nogil=True, fastmath={"contract"})
+        accs = [np.zeros(FMA_CHAINS * FMA_LANES, np.float32) for _ in range(max(1, threads))]
+        a, b = np.float32(0.999), np.float32(1e-3)  # the chains converge to 1: no overflow, no denormals
+        kernel(accs[0], 1, a, b)                    # compile (or load from the disk cache)
+    except Exception:  # ImportError without Numba; a compile error must not stop the bench
+        return None
+    flops_per_pass = 2 * FMA_CHAINS * FMA_LANES * FMA_DEPTH
+
+    def run(passes: int) -> float:
+        workers = [threading.Thread(target=kernel, args=(acc, passes, a, b)) for acc in accs]
+        started = time.perf_counter()
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        return time.perf_counter() - started
+
+    passes = 1000
+    while (seconds := run(passes)) < FMA_CALL_S / 4:   # calibrate a pass count for about FMA_CALL_S
+        passes *= 4
+    passes = max(1, int(passes * FMA_CALL_S / seconds))
+    best, runs, started = 0.0, 0, time.perf_counter()
+    while runs < MIN_REPEATS or time.perf_counter() - started < budget_s:
+        best = max(best, flops_per_pass * passes * len(accs) / run(passes) / 1e9)
+        runs += 1
+    return best
 
 
 # -------------------------------------------------------------------------------------- environment
@@ -163,8 +305,89 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def thp_setting(name: str) -> Optional[str]:
+    """The selected value of /sys/kernel/mm/transparent_hugepage/NAME ('madvise' from 'always [madvise] never')."""
+    try:
+        text = (THP_SYSFS / name).read_text(encoding="ascii")
+    except OSError:  # not Linux, or no THP in this kernel
+        return None
+    start, end = text.find("["), text.find("]")
+    return text[start + 1:end] if 0 <= start < end else text.strip() or None
+
+
+def torch_thp_alloc() -> Optional[bool]:
+    """Whether torch's CPU allocator gives large tensors huge pages in this process.
+
+    torch (c10/core/impl/alloc_cpu.cpp) reads THP_MEM_ALLOC_ENABLE once, into a static, at its first CPU
+    allocation; when it was 1, every later allocation of 2 MiB or more is page-aligned and advised with
+    madvise(MADV_HUGEPAGE). The probe allocates THP_PROBE_BYTES (untouched, so no memory is used) and checks
+    both: a page-aligned address (torch's plain alignment is 64 bytes; glibc puts a mapped chunk's data 64
+    bytes into its first page) and the advice, the 'hg' flag, on its mapping in /proc/self/smaps. The size
+    gives the probe a fresh mapping: a smaller one may reuse heap memory that NumPy (which advises huge pages
+    for its own arrays of 4 MiB or more) has flagged. None where there is no smaps.
+    (Whether the kernel then backs it with huge pages is thp_setting('enabled').)
+    """
+    probe = torch.empty(THP_PROBE_BYTES // 4, dtype=torch.float32)
+    address = probe.data_ptr()
+    if address % (os.sysconf("SC_PAGESIZE") if hasattr(os, "sysconf") else 4096):
+        return False
+    try:
+        with open("/proc/self/smaps", encoding="ascii", errors="replace") as handle:
+            inside = False
+            for line in handle:
+                head = line.split(" ", 1)[0]
+                if "-" in head and not head.endswith(":"):     # a mapping's first line: start-end perms ...
+                    start, _, end = head.partition("-")
+                    try:
+                        inside = int(start, 16) <= address < int(end, 16)
+                    except ValueError:
+                        inside = False
+                elif inside and head == "VmFlags:":
+                    return "hg" in line.split()[1:]
+    except OSError:
+        return None
+    return None
+
+
+def _restart_with_environment(changes: dict) -> None:
+    """Re-execute this command (same interpreter, same arguments) with ``changes`` in its environment.
+
+    Returns (doing nothing) when this process is not `convforge bench` started from a command line, e.g.
+    ``cli.main([...])`` called in-process, or when it is already the restarted one."""
+    original = list(getattr(sys, "orig_argv", ()))
+    arguments = sys.argv[1:]
+    if (os.environ.get(RESTARTED_ENV) or not original or arguments[:1] != ["bench"]
+            or len(original) < len(arguments) + 1 or original[len(original) - len(arguments):] != arguments):
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, *original[1:]], {**os.environ, **changes, RESTARTED_ENV: "1"})
+
+
+def use_hugepages() -> None:
+    """Make torch's CPU allocator give huge pages to every large tensor of this run (THP_MEM_ALLOC_ENABLE=1).
+
+    Setting the variable is enough while torch has not yet allocated (it reads it at its first
+    allocation); otherwise the bench re-executes itself with the variable set. In-process callers that
+    cannot be restarted get a UserError saying how to set it.
+    """
+    previous = os.environ.get(THP_ENV)
+    os.environ[THP_ENV] = "1"
+    if torch_thp_alloc():
+        return
+    if previous is None:
+        del os.environ[THP_ENV]
+    else:
+        os.environ[THP_ENV] = previous
+    _restart_with_environment({THP_ENV: "1"})
+    raise UserError(f"--hugepages: torch's allocator had already read {THP_ENV} (at its first allocation) in this "
+                    f"process and did not take it; start the process with {THP_ENV}=1 in its environment"
+                    + (" (/proc/self/smaps shows no MADV_HUGEPAGE advice)" if os.environ.get(RESTARTED_ENV) else ""))
+
+
 def environment(device: str) -> dict:
-    """Where and with what the rows were measured: the machine, library versions (None when absent), date."""
+    """Where and with what the rows were measured: the machine, library versions (None when absent), date,
+    the transparent-huge-page settings and whether torch's allocator asks for huge pages."""
     on_gpu = device == "cuda"
     return {
         "machine": f"{platform.node()} ({platform.platform()})",
@@ -177,6 +400,9 @@ def environment(device: str) -> dict:
         **_package_versions(("numba", "triton", "cupy")),
         "python": platform.python_version(),
         "date": datetime.now().astimezone().isoformat(timespec="seconds"),
+        "thp_enabled": thp_setting("enabled"),
+        "thp_defrag": thp_setting("defrag"),
+        "torch_thp_alloc": torch_thp_alloc(),
     }
 
 
@@ -217,8 +443,9 @@ def eager_layer(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: 
 # ------------------------------------------------------------------------------------------- rows
 
 def make_row(kind: str, case: BenchCase, impl: str, precision: str, device: str, times: np.ndarray,
-             baseline: str, baseline_ms: float, ceilings: Ceilings, env: dict) -> dict:
-    """One result row (keys ROW_KEYS); a fused row's bytes and floor count only the pooled output."""
+             baseline: str, baseline_ms: float, ceilings: Ceilings, env: dict, load: Optional[dict] = None) -> dict:
+    """One result row (keys ROW_KEYS); a fused row's bytes and floor count only the pooled output.
+    ``load``: ``load_fields`` of the timed calls (None fields when not given)."""
     shape = case.shape
     out_elements = None
     if kind == "fused":
@@ -236,8 +463,9 @@ def make_row(kind: str, case: BenchCase, impl: str, precision: str, device: str,
            "flops": shape.flops, "bytes": bytes_moved, "gflops": shape.flops / median_s / 1e9,
            "gbps": bytes_moved / median_s / 1e9, "floor_ms": floor_s * 1e3, "roofline_pct": 100 * floor_s / median_s,
            "baseline": baseline, "baseline_ms": baseline_ms, "speedup": baseline_ms / (median_s * 1e3),
-           "copy_gbps": ceilings.copy_gbps, "matmul_gflops": ceilings.matmul_gflops, **env}
-    return {key: row[key] for key in ROW_KEYS}
+           "copy_gbps": ceilings.copy_gbps, "matmul_gflops": ceilings.matmul_gflops,
+           "fma_gflops": ceilings.fma_gflops, **env, **(load or {})}
+    return {key: row.get(key) for key in ROW_KEYS}
 
 
 @dataclass
@@ -271,8 +499,9 @@ def run_bench(cases: Sequence[BenchCase], impls: Sequence[ConvImpl], device: str
     def measure(kind: str, case: BenchCase, impl_name: str, precision: str, prepare: Callable, inputs,
                 baseline: str, baseline_ms: Optional[float]) -> Optional[float]:
         """Prepare, time and record one row; returns its median in ms (None when it raised)."""
+        load: dict = {}
         try:
-            times = time_calls(prepare(), inputs, device, warmup, repeat, budget_s)
+            times = time_calls(prepare(), inputs, device, warmup, repeat, budget_s, load=load)
         except Exception as exc:  # e.g. out of memory at B = 10000: report it and go on with the rest
             failures.append(f"{impl_name} on {case.spec.label} B={case.batch} ({kind}) raised "
                             f"{describe_exception(exc)}")
@@ -281,7 +510,7 @@ def run_bench(cases: Sequence[BenchCase], impls: Sequence[ConvImpl], device: str
             return None
         median_ms = float(np.median(times)) * 1e3
         rows.append(make_row(kind, case, impl_name, precision, device, times, baseline,
-                             median_ms if baseline_ms is None else baseline_ms, ceilings, env))
+                             median_ms if baseline_ms is None else baseline_ms, ceilings, env, load))
         return median_ms
 
     per_case = [1 + len(timed) + (1 + len(fusing) if case.spec.fusion and fusing else 0) for case in cases]
@@ -342,8 +571,11 @@ def rows_as_json(rows: Sequence[dict]) -> str:
 def print_rows_table(rows: Sequence[dict], ceilings: Ceilings, device: str) -> None:
     first = rows[0] if rows else environment(device)
     where = first["gpu"] or f"{first['cpu']}, {first['threads']} threads"
+    fma = f", FMA peak {ceilings.fma_gflops:.1f} GFLOP/s" if ceilings.fma_gflops else ""
+    pages = "" if device == "cuda" else (f"; THP {first['thp_enabled']}, torch huge-page allocator "
+                                         f"{'on' if first['torch_thp_alloc'] else 'off'}")
     title = (f"bench on {device} ({where}): copy {ceilings.copy_gbps:.1f} GB/s, "
-             f"fp32 matmul {ceilings.matmul_gflops:.1f} GFLOP/s; times in ms")
+             f"fp32 matmul {ceilings.matmul_gflops:.1f} GFLOP/s{fma}{pages}; times in ms")
     columns = ("layer", "kind", "B", "impl", "median", "p20-p80", "GFLOP/s", "GB/s", "floor", "% floor", "speedup")
     table = [(r["layer"], r["kind"], r["B"], r["impl"], f"{r['median_ms']:.4g}",
               f"{r['p20_ms']:.4g}-{r['p80_ms']:.4g}", f"{r['gflops']:.1f}", f"{r['gbps']:.1f}",
@@ -397,6 +629,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     output.add_argument("--csv", action="store_true", help="print the rows as CSV instead of the table")
     p.add_argument("--out", metavar="FILE", help="also write the rows to FILE (.json or .csv)")
     p.add_argument("--report", metavar="DIR", help="also write a report (charts and tables) into DIR")
+    p.add_argument("--hugepages", action="store_true",
+                   help=f"run with torch's {THP_ENV}=1 for the whole process, so that torch's CPU allocator "
+                   "page-aligns every tensor of 2 MiB or more and advises huge pages for it (madvise, as "
+                   "/sys/kernel/mm/transparent_hugepage/enabled allows): fewer first-touch page faults for "
+                   "every implementation, the torch baseline included, since all allocate their outputs "
+                   "through torch. An allocator setting applied to both sides, not a kernel speed-up. The "
+                   "bench re-executes itself when torch has already allocated. Default: the allocator as "
+                   "the environment sets it (plain 4 KiB pages unless the variable is set); every row "
+                   "records it (torch_thp_alloc)")
 
 
 def _runnable(names: Optional[Sequence[str]], device: str) -> list[ConvImpl]:
@@ -422,6 +663,11 @@ def main(args) -> int:
     device = resolve_device(args.device)
     models = args.model or ([] if args.shape else [DEFAULT_PRESET])
     cases = bench_cases(models, args.shape, args.images)  # unknown model names fail here, before any timing
+    if getattr(args, "hugepages", False):
+        use_hugepages()  # may re-execute this command with THP_MEM_ALLOC_ENABLE=1, before anything is timed
+    elif torch_thp_alloc():
+        print(f"bench: {THP_ENV} is on in the environment: torch's allocator gives every large tensor huge "
+              "pages in this run (rows: torch_thp_alloc)", file=sys.stderr)
     impls = _runnable(args.impl, device)
 
     ceilings = measure_ceilings(device)
