@@ -294,6 +294,28 @@ output = output_buffer
 finish = finish_output
 
 
+def per_input_size(weight: torch.Tensor, make_layer, input_hw=None):
+    """The registry's fn(x, out=None) over kernels compiled per input size: ``make_layer(h, w)`` builds the
+    layer object for one (H, W) the first time that size is seen (in prepare when ``input_hw`` is given);
+    ``run.layer_for(h, w)`` exposes it (the bench and tuning scripts read its geometry)."""
+    layers: dict = {}
+
+    def layer_for(h: int, w: int):
+        if (h, w) not in layers:
+            layers[(h, w)] = make_layer(h, w)
+        return layers[(h, w)]
+
+    if input_hw is not None:
+        layer_for(*input_hw)
+
+    def run(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+        x = check_input(x, weight)
+        return layer_for(x.shape[2], x.shape[3])(x, out)
+
+    run.layer_for = layer_for
+    return run
+
+
 def conv_out_shape(x: torch.Tensor, weight: torch.Tensor) -> tuple[int, int, int, int]:
     b, _, h, w = x.shape
     m, _, k, _ = weight.shape

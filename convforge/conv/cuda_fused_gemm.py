@@ -371,20 +371,4 @@ def describe(geom: Geometry) -> dict:
 
 def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, config=None, input_hw=None):
     weight, bias = cc.check_weight(weight, bias)
-    layers: dict = {}
-
-    def layer_for(h: int, w: int) -> RegTileLayer:
-        key = (h, w)
-        if key not in layers:
-            layers[key] = RegTileLayer(weight, bias, h, w, 1, 0, config)
-        return layers[key]
-
-    if input_hw is not None:
-        layer_for(*input_hw)
-
-    def run(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
-        x = cc.check_input(x, weight)
-        return layer_for(x.shape[2], x.shape[3])(x, out)
-
-    run.layer_for = layer_for  # the bench can read run.layer_for(H, W).geom
-    return run
+    return cc.per_input_size(weight, lambda h, w: RegTileLayer(weight, bias, h, w, 1, 0, config), input_hw)

@@ -41,19 +41,4 @@ def prepare_fused(weight: torch.Tensor, bias: Optional[torch.Tensor], activation
     pool = int(pool)
     if pool < 1:
         raise ValueError(f"pool must be >= 1, got {pool}")
-    layers: dict = {}
-
-    def layer_for(h: int, w: int) -> gemm.RegTileLayer:
-        if (h, w) not in layers:
-            layers[(h, w)] = gemm.RegTileLayer(weight, bias, h, w, pool, act, config)
-        return layers[(h, w)]
-
-    if input_hw is not None:
-        layer_for(*input_hw)
-
-    def run(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
-        x = cc.check_input(x, weight)
-        return layer_for(x.shape[2], x.shape[3])(x, out)
-
-    run.layer_for = layer_for
-    return run
+    return cc.per_input_size(weight, lambda h, w: gemm.RegTileLayer(weight, bias, h, w, pool, act, config), input_hw)

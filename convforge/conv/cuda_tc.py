@@ -333,19 +333,4 @@ def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, precision
     weight, bias = cc.check_weight(weight, bias)
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
-    layers: dict = {}
-
-    def layer_for(h: int, w: int) -> TcLayer:
-        if (h, w) not in layers:
-            layers[(h, w)] = layer(weight, bias, h, w, precision, config)
-        return layers[(h, w)]
-
-    if input_hw is not None:
-        layer_for(*input_hw)
-
-    def run(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
-        x = cc.check_input(x, weight)
-        return layer_for(x.shape[2], x.shape[3])(x, out)
-
-    run.layer_for = layer_for
-    return run
+    return cc.per_input_size(weight, lambda h, w: layer(weight, bias, h, w, precision, config), input_hw)
