@@ -25,12 +25,12 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
 from convforge.errors import UserError
+from convforge.harness import write_atomically
 
 HELP = "one inference under torch.profiler: nvprof-style GPU activities and API calls tables, optional trace"
 
@@ -229,17 +229,7 @@ def _check_trace_path(path: str) -> Path:
 def write_trace(prof, path: Path) -> None:
     """export_chrome_trace into a temporary file beside ``path``, then rename: no half-written trace."""
     suffix = ".json.gz" if path.name.endswith(".gz") else ".json"  # export gzips when the name ends in .gz
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
-    os.close(fd)
-    try:
-        prof.export_chrome_trace(tmp)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the trace the mode a plain open() would
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomically(path, prof.export_chrome_trace, suffix)
 
 
 # ------------------------------------------------------------------------------------------- CLI

@@ -31,12 +31,11 @@ import html
 import io
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
 from convforge.errors import UserError
+from convforge.harness import write_atomically
 
 HELP = "turn bench result files (CSV/JSON) into PNG charts, one self-contained HTML page and a markdown table"
 
@@ -600,17 +599,7 @@ def report_html(table: _Table, images: dict[str, bytes], missing: dict[str, str]
 
 def _write_atomic(path: Path, data: bytes) -> None:
     """A temporary file beside ``path``, renamed over it: a reader never sees half a chart or page."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the mode a plain open() would
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomically(path, lambda tmp: Path(tmp).write_bytes(data))
 
 
 def write_report(rows: list[dict], out_dir: Path) -> list[Path]:
