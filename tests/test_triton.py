@@ -178,3 +178,21 @@ def test_sm90_code_keeps_sums_in_registers():
     assert len(lines) == 5, run.stdout
     for line in lines:
         assert "SPILLS" not in line and "smem" not in line, line
+
+
+def test_batches_past_int32_offsets_go_in_slices(monkeypatch):
+    """A batch whose flat offsets would pass int32 is launched in consecutive slices: forced here by
+    lowering the limit to a few images' worth, every implementation must still write every image."""
+    x, w, b = _case((7, 5, 2, 11, 10, 3), seed=31, bias=True)
+    per_image = max(2 * 11 * 10, 5 * 9 * 8)
+    monkeypatch.setattr(triton_common, "INT32_LIMIT", 3 * per_image + (1 << 16))
+    assert len(triton_common.batch_slices(7, per_image)) == 3          # images 0-2, 3-5, 6
+    for name in UNFUSED:
+        impl = conv.get(name)
+        fn = impl.prepare(w, b)
+        ref = reference_layer(x, w, b)
+        _assert_close(check_call(fn, x, ref, _tolerance(impl)), fn, x, ref, _tolerance(impl), f"{name} sliced")
+    fn = conv.get("triton-fused-layer").prepare_fused(w, b, "tanh", 2)
+    ref = reference_layer(x, w, b, "tanh", 2)
+    impl = conv.get("triton-fused-layer")
+    _assert_close(check_call(fn, x, ref, _tolerance(impl)), fn, x, ref, _tolerance(impl), "fused sliced")

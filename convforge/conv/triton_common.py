@@ -186,6 +186,14 @@ def batch_slices(batch: int, per_image: int, slack: int = 1 << 16) -> list[tuple
     return [(start, min(batch, start + step)) for start in range(0, batch, step)]
 
 
+def batch_views(x: torch.Tensor, y: torch.Tensor, per_image: int):
+    """(x, y, images) for each launch: the whole batch when its offsets fit int32 (almost always), else
+    consecutive slices of it (batch_slices); per_image = the larger of one image's input and output floats."""
+    batch = x.shape[0]
+    for b0, b1 in batch_slices(batch, per_image):
+        yield (x, y, batch) if (b0, b1) == (0, batch) else (x[b0:b1], y[b0:b1], b1 - b0)
+
+
 def contiguous_input(x: torch.Tensor) -> torch.Tensor:
     return x if x.is_contiguous() else x.contiguous()
 

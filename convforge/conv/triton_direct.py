@@ -146,10 +146,8 @@ def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, config: O
             constants = launches[(height, width)] = kernel_constants(maps, channels, kernel, height, width,
                                                                      bias is not None, cfg)
         x = common.contiguous_input(x)
-        for b0, b1 in common.batch_slices(batch, max(channels * height * width, maps * ho * wo)):
-            xs, ys = (x, buffer) if (b0, b1) == (0, batch) else (x[b0:b1], buffer[b0:b1])
-            grid = (triton.cdiv((b1 - b0) * ho * wo, cfg.block),)
-            _direct_kernel[grid](xs, packed, packed_bias, ys, b1 - b0, **constants)
+        for xs, ys, n in common.batch_views(x, buffer, max(channels * height * width, maps * ho * wo)):
+            _direct_kernel[(triton.cdiv(n * ho * wo, cfg.block),)](xs, packed, packed_bias, ys, n, **constants)
         return common.finish(buffer, result)
 
     return run

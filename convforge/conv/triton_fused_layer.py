@@ -200,10 +200,8 @@ def _prepare(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Opt
             constants = launches[(height, width)] = kernel_constants(
                 maps, channels, kernel, height, width, bias is not None, activation, pool, cfg)
         x = common.contiguous_input(x)
-        for b0, b1 in common.batch_slices(batch, max(channels * height * width, maps * hp * wp)):
-            xs, ys = (x, buffer) if (b0, b1) == (0, batch) else (x[b0:b1], buffer[b0:b1])
-            grid = (triton.cdiv((b1 - b0) * hp * wp, block_out),)
-            _fused_kernel[grid](xs, packed, packed_bias, ys, b1 - b0, **constants)
+        for xs, ys, n in common.batch_views(x, buffer, max(channels * height * width, maps * hp * wp)):
+            _fused_kernel[(triton.cdiv(n * hp * wp, block_out),)](xs, packed, packed_bias, ys, n, **constants)
         return common.finish(buffer, result)
 
     return run

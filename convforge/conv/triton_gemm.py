@@ -174,14 +174,13 @@ def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, precision
                      **extra))
         koff, constants = entry
         x = common.contiguous_input(x)
-        for b0, b1 in common.batch_slices(batch, max(channels * height * width, maps * ho * wo)):
-            xs, ys = (x, buffer) if (b0, b1) == (0, batch) else (x[b0:b1], buffer[b0:b1])
-            positions = (b1 - b0) * ho * wo
+        for xs, ys, n in common.batch_views(x, buffer, max(channels * height * width, maps * ho * wo)):
+            positions = n * ho * wo
 
             def grid(meta, positions=positions):
                 return (triton.cdiv(positions, meta["BLOCK_P"]), n_blocks)
 
-            kernel_fn[grid](xs, koff, packed, packed_bias, ys, b1 - b0, size_class(positions), **constants)
+            kernel_fn[grid](xs, koff, packed, packed_bias, ys, n, size_class(positions), **constants)
         return common.finish(buffer, result)
 
     return run
