@@ -145,12 +145,12 @@ def test_jit_falls_back_when_numba_cannot_cache():
 
 def test_choose_block():
     from convforge.conv.cpu_parallel import choose_block
-    assert choose_block(50, 5) == 5 and choose_block(24, 7) == 3 and choose_block(16, 7) == 2
-    assert choose_block(6, 5) == 3 and choose_block(1, 7) == 1
+    assert choose_block(50, 5) == 5 and choose_block(24, 7) == 8 and choose_block(16, 7) == 8
+    assert choose_block(6, 5) == 6 and choose_block(12, 7) == 6 and choose_block(1, 7) == 1
     for maps in range(1, 60):
         for kernel in (1, 3, 5, 7, 11):
             block = choose_block(maps, kernel)
-            assert 1 <= block <= maps and block * kernel <= max(kernel, 25)
+            assert 1 <= block <= min(maps, 8)
 
 
 @pytest.mark.parametrize("case", [(37, 6, 2, 12, 20, 5), (33, 4, 2, 12, 9, 5), (17, 3, 1, 11, 7, 3)],

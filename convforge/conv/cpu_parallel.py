@@ -1,34 +1,38 @@
 """cpu-parallel: direct convolution on 16 images at once, one AVX-512 lane per image, Numba, all cores.
 
-Technique: images are taken 16 at a time (one float32 lane of a 512-bit register each) and repacked so
-the 16 images' copies of a pixel are adjacent: xp[c, row, col * 16 + lane]. Every output row is then a
-perfectly vectorisable sum with no edge cases (any W, any K, 100 % of the lanes in use): for an output
-row h, a block of MB maps, each input row (c, h + p) and each output column, K aligned 16-lane loads of
-x feed MB x K fused multiply-adds into MB accumulators, with the MB x K weights of (c, p) held in
-registers as broadcasts. The kernel is generated per (K, MB) so both are compile-time constants: the q
-and map loops are unrolled and the 16-lane loop becomes one zmm operation. MB is at most 25 / K (3 for
-7x7, 5 for 5x5), chosen to pad M as little as possible, so the accumulators, K x loads and MB*K weights
-fit the 32 vector registers. The accumulators of one output row (Wo x MB x 16 floats) stay in L1 while
-its C*K input rows are summed; a band of such rows (up to ACC_BYTES, the whole Ho x Wo plane on every
-course layer) is kept and then written back as one run of each (image, map) plane, which is contiguous in
-y: 16-float chunks of the flattened plane, so only a plane's last chunk overlaps its neighbour (with
-per-row chunks, rows of 18 to 34 floats wrote up to 44 % of their chunks twice) and cache lines fill in
-order. The input is repacked the same way, each channel plane flattened. Into and out of the lane layout
-is a transpose both ways, done 16 x 16 in registers by a small LLVM intrinsic (transposed_store), twice
-as fast as the gathers Numba makes of the scalar loops. Threads: work items (runs of 16-image groups, or
-map blocks of a group when the batch is small) go to a pool of torch.get_num_threads() Python threads
-running the nogil kernel, rather than a Numba prange: the kernel compiles about 3x faster without the
-parfor pass, items are handed out as threads free up (the load balances when other work shares the
-cores), and the harness's --threads applies as it does to torch. The sum is fp32, contracted to fused
-multiply-adds (``fastmath={'contract'}`` only: rounding once per multiply-add instead of twice; no
-reassociation, no approximate functions), within about 5e-7 of the float64 reference on the course
-layers.
-Course step: the CPU side of the optimisation milestones: loop reordering for SIMD, register tiling,
-compile-time kernel sizes and multi-threading, the CPU analogue of the GPU's per-thread output tiles.
-Bottleneck: the FMA units for the many-channel layers (the inner loop runs at ~95 % of the 2 x 512-bit
-FMA peak on data in L1/L2, the whole layer at 65-85 % with the repacking); for the one-channel first
-layers, writing the output (only K*K multiply-adds per output element). At B = 10000 a fresh output's
-first-touch page faults cost about as much as the convolution itself on this machine: the output is a
+Technique: images are taken 16 at a time (one float32 lane of a 512-bit register each) and repacked so the 16
+images' copies of a pixel are adjacent: xp[c, row, col * 16 + lane]. Every output row is then a perfectly
+vectorisable sum with no edge cases (any W, any K, 100 % of the lanes in use). An output row is computed in
+register tiles of TW columns x MB maps (TW * MB = TILE_ACCUMULATORS = 16 zmm accumulators; MB at most 8,
+chosen to pad M as little as possible, TW = 16 // MB: MB = 8, TW = 2 on the 16- and 24-map layers): the
+accumulators start at the bias and stay in registers over the whole C x K x K reduction; for each (c, p, q)
+the MB weights are broadcast from L1 (packed per call as [block][c][p][q][map]) and each of the TW input
+vectors (aligned 16-lane loads) feeds MB fused multiply-adds. The last tile of a row ends at Wo, overlapping
+its neighbour (same values). The tile is an LLVM intrinsic (tile_kernel: Numba has no vector types and
+vectorises only innermost loops, so a Numba loop cannot keep accumulators in registers across the reduction),
+generated per (K, MB, TW). Before 2026-11-21 the weights of one (c, p), MB x K of them, sat in registers
+instead (MB <= 25 / K, so only 2 maps for 16 maps of 7x7) and the accumulators made a round trip through L1
+for every (c, p); the A/B at B = 10000 (benchmarks/cpu-2026-11-21/ ab_cpu_parallel_tiles.txt) has the tiles
+3-16 % faster on every course layer (fa20 L2 319 -> 297 ms). A tile of 24 accumulators spills on K = 7 and is
+far slower. The finished tiles go to a band of output rows (up to ACC_BYTES, the whole Ho x Wo plane on every
+course layer, layout [row][col][map][lane]), which is then written back as one run of each (image, map) plane,
+contiguous in y: 16-float chunks of the flattened plane, so only a plane's last chunk overlaps its neighbour
+(with per-row chunks, rows of 18 to 34 floats wrote up to 44 % of their chunks twice) and cache lines fill in
+order. The input is repacked the same way, each channel plane flattened. Into and out of the lane layout is a
+transpose both ways, done 16 x 16 in registers by a small LLVM intrinsic (transposed_store), twice as fast as
+the gathers Numba makes of the scalar loops. Threads: work items (runs of 16-image groups, or map blocks of a
+group when the batch is small) go to a pool of torch.get_num_threads() Python threads running the nogil
+kernel, rather than a Numba prange: the kernel compiles about 3x faster without the parfor pass, items are
+handed out as threads free up (the load balances when other work shares the cores), and the harness's
+--threads applies as it does to torch. The sum is fp32, contracted to fused multiply-adds
+(``fastmath={'contract'}`` only: rounding once per multiply-add instead of twice; no reassociation, no
+approximate functions), within about 5e-7 of the float64 reference on the course layers.
+Course step: the CPU side of the optimisation milestones: loop reordering for SIMD, register tiling, compile-
+time kernel sizes and multi-threading, the CPU analogue of the GPU's per-thread output tiles.
+Bottleneck: the FMA units for the many-channel layers (with a preallocated output at B = 2000 the whole layer
+reaches 380-460 GFLOP/s of the ~520 peak, fa20 L2 420 against 387 before the register tiles); for the one-
+channel first layers, writing the output (only K*K multiply-adds per output element). At B = 10000 a fresh
+output's first-touch page faults cost about as much as the convolution itself on this machine: the output is a
 plain torch.empty like torch's own, so both pay them (THP_MEM_ALLOC_ENABLE=1 makes them cheap for both).
 """
 
@@ -45,13 +49,21 @@ from convforge.conv import finish_output, output_buffer
 from convforge.conv.cpu_loops import check_input, jit_generated
 
 LANES = 16          # float32 lanes of an AVX-512 register = images per group
-REGISTER_BUDGET = 25  # MB * K weights kept in registers, about
+MAX_BLOCK = 8        # maps per register tile
+TILE_ACCUMULATORS = 16  # TW * MB accumulators of a register tile (24 spills on K = 7)
 ACC_BYTES = 256 << 10  # accumulators of one band of output rows (the whole plane on the course layers), in L2
 
 
+def choose_width(block: int) -> int:
+    """Output columns per register tile for MB = ``block`` maps: TW * MB accumulators, MB weight broadcasts
+    and an input vector within the 32 zmm registers."""
+    return max(1, TILE_ACCUMULATORS // block)
+
+
 def choose_block(maps: int, kernel: int) -> int:
-    """Maps per register block: at most REGISTER_BUDGET // K, the fewest padded maps, then the largest."""
-    cap = max(1, min(16, maps, REGISTER_BUDGET // kernel))
+    """Maps per register tile: at most MAX_BLOCK, the fewest padded maps, then the largest (any K: the
+    weights are broadcast from L1, not held in registers)."""
+    cap = max(1, min(MAX_BLOCK, maps))
     return min(range(1, cap + 1), key=lambda mb: (-(-maps // mb) * mb, -mb))
 
 
@@ -110,21 +122,104 @@ _TRANSPOSED_STORE = None
 TRANSPOSE_VERSION = 1  # part of the generated source, so a change here recompiles the cached kernels
 
 
+def tile_kernel(kernel: int, block: int, width: int):
+    """The Numba intrinsic ``conv_tile(x, x0, row, chan, C, w, w0, bias, b0, acc, a0)`` for K = ``kernel``,
+    MB = ``block`` maps and TW = ``width`` output columns (all baked in).
+
+    It computes one output tile, TW columns x MB maps x 16 lanes, entirely in registers: the TW * MB
+    accumulators start at the bias, and for every channel c < C (runtime loop), kernel row p < K (runtime
+    loop) and column q < K (unrolled) the MB weights w[w0 + ((c * K + p) * K + q) * MB + mm] are broadcast
+    and each of the TW input vectors x[x0 + c * chan + p * row + (jj + q) * 16 ...] feeds MB fused
+    multiply-adds; the tile is then stored to acc[a0 + (jj * MB + mm) * 16 ...]. Numba has no vector types
+    and its vectoriser only handles innermost loops, so a Numba loop cannot keep the accumulators in
+    registers across the (c, p, q) reduction.
+    """
+    key = (kernel, block, width)
+    if key not in _TILES:
+        from llvmlite import ir
+        from numba import types
+        from numba.core import cgutils
+        from numba.extending import intrinsic
+        K, MB, TW = key
+
+        @intrinsic
+        def conv_tile(typingctx, x, x0, row, chan, C, w, w0, bias, b0, acc, a0):
+            sig = types.void(x, x0, row, chan, C, w, w0, bias, b0, acc, a0)
+
+            def codegen(context, builder, signature, args):
+                i64, i32 = ir.IntType(64), ir.IntType(32)
+                vec = ir.VectorType(ir.FloatType(), LANES)
+                vptr = vec.as_pointer()
+                undef = ir.Constant(vec, ir.Undefined)
+                splat_mask = ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
+                fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec] * 3),
+                                                     "llvm.fma.v16f32")
+
+                def data(i):
+                    return context.make_array(signature.args[i])(context, builder, args[i]).data
+
+                def as64(i):
+                    return context.cast(builder, args[i], signature.args[i], types.int64)
+
+                def const(n):
+                    return ir.Constant(i64, n)
+
+                def splat(ptr):
+                    one = builder.insert_element(undef, builder.load(ptr, align=4), ir.Constant(i32, 0))
+                    return builder.shuffle_vector(one, undef, splat_mask)
+
+                xd, wd, bd, ad = data(0), data(5), data(7), data(9)
+                x0v, rowv, chanv, cv, w0v, b0v, a0v = (as64(i) for i in (1, 2, 3, 4, 6, 8, 10))
+                accs = [[cgutils.alloca_once(builder, vec) for _ in range(MB)] for _ in range(TW)]
+                for mm in range(MB):
+                    start = splat(builder.gep(bd, [builder.add(b0v, const(mm))], inbounds=True))
+                    for jj in range(TW):
+                        builder.store(start, accs[jj][mm])
+                with cgutils.for_range(builder, cv) as cl:
+                    xc = builder.add(x0v, builder.mul(cl.index, chanv))
+                    wc = builder.add(w0v, builder.mul(cl.index, const(K * K * MB)))
+                    with cgutils.for_range(builder, const(K)) as pl:
+                        xr = builder.add(xc, builder.mul(pl.index, rowv))
+                        wr = builder.add(wc, builder.mul(pl.index, const(K * MB)))
+                        with cgutils.for_range(builder, const(K)) as ql:
+                            xq = builder.add(xr, builder.mul(ql.index, const(LANES)))
+                            wq = builder.add(wr, builder.mul(ql.index, const(MB)))
+                            ws = [splat(builder.gep(wd, [builder.add(wq, const(mm))], inbounds=True))
+                                  for mm in range(MB)]
+                            for jj in range(TW):
+                                ptr = builder.gep(xd, [builder.add(xq, const(jj * LANES))], inbounds=True)
+                                xv = builder.load(builder.bitcast(ptr, vptr), align=4)
+                                for mm in range(MB):
+                                    a = builder.load(accs[jj][mm])
+                                    builder.store(builder.call(fma, [xv, ws[mm], a]), accs[jj][mm])
+                for jj in range(TW):
+                    for mm in range(MB):
+                        ptr = builder.gep(ad, [builder.add(a0v, const((jj * MB + mm) * LANES))], inbounds=True)
+                        builder.store(builder.load(accs[jj][mm]), builder.bitcast(ptr, vptr), align=4)
+                return context.get_dummy_value()
+
+            return sig, codegen
+
+        _TILES[key] = conv_tile
+    return _TILES[key]
+
+
+_TILES: dict = {}
+TILE_VERSION = 5  # part of the generated source, like TRANSPOSE_VERSION
+
+
 def kernel_source(kernel: int, block: int) -> str:
     """Python source of the Numba kernel for K = ``kernel`` and MB = ``block`` (both baked in)."""
     K, MB, L, ACC_FLOATS = kernel, block, LANES, ACC_BYTES // 4
-    weights = "; ".join(f"w{m}_{q} = w[m0 + {m}, c, p, {q}]" for m in range(MB) for q in range(K))
-    loads_x = "; ".join(f"x{q} = xr[j + {L * q}]" for q in range(K))
-    loads_a = "; ".join(f"s{m} = ar[i + {L * m}]" for m in range(MB))
-    sums = "\n".join(" " * 36 + f"s{m} = s{m} + " + " + ".join(f"x{q} * w{m}_{q}" for q in range(K))
-                     for m in range(MB))
-    stores = "; ".join(f"ar[i + {L * m}] = s{m}" for m in range(MB))
-    return f'''"""Generated by convforge.conv.cpu_parallel for K={K}, MB={MB} (transpose v{TRANSPOSE_VERSION})."""
+    TW = choose_width(block)
+    return f'''"""Generated by convforge.conv.cpu_parallel for K={K}, MB={MB}, TW={TW} (transpose v{TRANSPOSE_VERSION}, tile v{TILE_VERSION})."""
 import numpy as np
 
-from convforge.conv.cpu_parallel import transposed_store
+from convforge.conv.cpu_parallel import tile_kernel, transposed_store
 
 store_transposed16 = transposed_store()
+conv_tile = tile_kernel({K}, {MB}, {TW})
+conv_tile1 = tile_kernel({K}, {MB}, 1)
 
 
 def conv(x, w, bias, y, M, g0, g1, mb0, mb1):
@@ -141,6 +236,14 @@ def conv(x, w, bias, y, M, g0, g1, mb0, mb1):
     o = (-(buf.ctypes.data >> 2)) & {L - 1}       # 64-byte aligned: whole-cache-line vector loads
     xp = buf[o:o + nx].reshape((C, H, W * {L}))   # xp[c, r, col * 16 + lane] = x[b0 + lane, c, r, col]
     acc = buf[o + nx:o + nx + na]                 # acc[((h - h0) * Wo + col) * MB + mm) * 16 + lane]: a band
+    nw = C * {K * K * MB}                         # packed weights of one map block
+    wp = np.empty(max(mb1 - mb0, 0) * nw, np.float32)  # wp[(((mb - mb0) * C + c) * K + p) * K + q) * MB + mm]
+    for mb in range(mb0, mb1):
+        for c in range(C):
+            for p in range({K}):
+                for q in range({K}):
+                    for mm in range({MB}):
+                        wp[(mb - mb0) * nw + ((c * {K} + p) * {K} + q) * {MB} + mm] = w[mb * {MB} + mm, c, p, q]
     xf = x.reshape(-1)
     yf = y.reshape(-1)
     image = C * H * W                             # floats from one image to the next, in x and in y
@@ -167,26 +270,18 @@ def conv(x, w, bias, y, M, g0, g1, mb0, mb1):
             for h0 in range(0, Ho, band):
                 h1 = min(h0 + band, Ho)
                 for h in range(h0, h1):
-                    ar = acc[(h - h0) * nr:(h - h0 + 1) * nr]
-                    for jj in range(Wo):
-                        for mm in range({MB}):
-                            bv = bias[m0 + mm]
-                            for lane in range({L}):
-                                ar[(jj * {MB} + mm) * {L} + lane] = bv
-                    for c in range(C):
-                        for p in range({K}):
-                            xr = xp[c, h + p]
-                            {weights}
-                            for jj in range(Wo):
-                                for lane in range({L}):
-                                    j = jj * {L} + lane
-                                    i = jj * {MB * L} + lane
-                                    {loads_x}
-                                    {loads_a}
-{sums}
-                                    {stores}
-                # Back to y's layout, the band's rows as one run of each (image, map) plane; nothing else
-                # sits in the (c, p) loops: any further loop there makes LLVM spill the weight broadcasts.
+                    # Tiles of {TW} columns x {MB} maps, each summed over all (c, p, q) in registers; the
+                    # last tile ends at Wo, overlapping its neighbour (same values).
+                    if Wo >= {TW}:
+                        for t in range((Wo + {TW - 1}) // {TW}):
+                            col0 = min(t * {TW}, Wo - {TW})
+                            conv_tile(buf, o + (h * W + col0) * {L}, W * {L}, H * W * {L}, C, wp, (mb - mb0) * nw,
+                                      bias, m0, acc, ((h - h0) * Wo + col0) * {MB * L})
+                    else:
+                        for col0 in range(Wo):
+                            conv_tile1(buf, o + (h * W + col0) * {L}, W * {L}, H * W * {L}, C, wp, (mb - mb0) * nw,
+                                       bias, m0, acc, ((h - h0) * Wo + col0) * {MB * L})
+                # Back to y's layout, the band's rows as one run of each (image, map) plane.
                 run = (h1 - h0) * Wo
                 for mm in range(min({MB}, M - m0)):
                     first = (b0 * M + m0 + mm) * plane + h0 * Wo
