@@ -177,17 +177,24 @@ def test_gpu_tc_launch_configs(precision):
 
 @needs_gpu
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", EXACT + REDUCED)
-def test_gpu_large_batch_side_stream_and_strided_out(name):
+@pytest.mark.parametrize("name,shape", [(n, (1500, 16, 6, 22, 22, 5)) for n in EXACT + REDUCED] +
+                         [(n, (1500, 16, 1, 22, 22, 5)) for n in REDUCED])   # C = 1: the rows kernel
+def test_gpu_large_batch_side_stream_and_strided_out(name, shape):
     """Persistent blocks looping over many images, a non-default stream, a non-contiguous out buffer."""
     impl = conv.get(name)
-    x, w, b = _data((1500, 16, 6, 22, 22, 5), seed=3, bias=True, device="cuda")
+    x, w, b = _data(shape, seed=3, bias=True, device="cuda")
     ref = F.conv2d(x.double(), w.double(), b.double())
     fn = impl.prepare(w, b)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         out = torch.full((1500, 16, 18, 18), float("nan"), device="cuda").transpose(2, 3)  # strided view
+        if shape[2] == 1:   # the rows kernel's several units per block, with one and with two buffers
+            from convforge.conv import cuda_tc
+            for pipe in (1, 2):
+                rows = cuda_tc.prepare(w, b, precision=impl.precision, config={"kernel": "rows", "pipe": pipe})
+                error = float(((rows(x).double() - ref).norm() / ref.norm()).item())
+                assert error <= impl.tolerance, f"{name} rows pipe {pipe}: relative error {error:.3g}"
         got = fn(x, out=out)
         total = got.sum()  # torch work ordered after the kernel on the same stream
     torch.cuda.current_stream().wait_stream(side)
@@ -337,7 +344,9 @@ def test_emulated_tc_rows_kernel(emulation):
     from convforge.conv import cuda_tc
     cases = (((2, 10, 1, 16, 16, 5), None), ((3, 4, 1, 13, 19, 7), {"ib": 2}),
              ((2, 5, 3, 12, 11, 5), {"nc": 1, "mt": 2}), ((5, 6, 1, 12, 12, 5), {"nt": 64, "pipe": 2}),
-             ((2, 3, 2, 20, 26, 9), {"nc": 4}), ((1, 1, 1, 1, 1, 1), None))
+             ((2, 3, 2, 20, 26, 9), {"nc": 4}), ((1, 1, 1, 1, 1, 1), None),
+             # 2 emulated SMs, 5 units: each block loops over several units, with one and two buffers
+             ((9, 3, 1, 10, 9, 3), {"ib": 2, "nt": 32, "pipe": 1}), ((9, 3, 1, 10, 9, 3), {"ib": 2, "nt": 32, "pipe": 2}))
     for i, (shape, config) in enumerate(cases):
         x, w, b = _data(shape, seed=200 + i, bias=i % 2 == 0)
         for precision in cuda_tc.PRECISIONS:

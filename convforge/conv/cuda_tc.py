@@ -308,6 +308,8 @@ class TcLayer:
         B = x.shape[0]
         ho, wo = g.H - g.K + 1, g.W - g.K + 1
         y, result = cc.output(out, (B, g.M, ho, wo), x)
+        if B > cc.INT32_MAX - self.per_unit:   # the kernel counts units of per_unit images in int32
+            raise ValueError(f"batch {B} is too large for one launch (at most {cc.INT32_MAX - self.per_unit})")
         if self.rows and wo % 2 == 0 and y.data_ptr() % 8:
             y = torch.empty_like(y)  # 8-byte stores need an aligned buffer (torch allocations always are)
         if y.numel():

@@ -21,6 +21,10 @@
 // shared memory and so fewer resident blocks). TF32 inputs are then rounded to nearest in place, each thread
 // rounding the elements it copied (CF_TF32_ROUND); weights are rounded on the host.
 // FP16 converts each A pair with one cvt.rn.f16x2 after an 8-byte shared load. Accumulation is fp32.
+// Finite inputs only: the zero taps of each banded B multiply all 16 columns an mma reads, so a non-finite
+// input (or, in FP16, one beyond +-65504, which converts to infinity) turns the whole 8-column tiles that
+// read it into NaN, where a convolution would spoil only the K columns whose window holds it. The course's
+// inputs are pixels (0..255); the reduced-precision paths declare this range.
 // Fragment layouts (PTX ISA, g = lane / 4, t = lane % 4) as in tc.cu. Epilogue: + bias, 8-byte stores
 // (each group of 4 lanes writes one contiguous 32-byte run of a row).
 // Constants: CF_M CF_C CF_H CF_W CF_K, CF_PREC (0 tf32, 1 fp16), CF_MT (maps per warp tile), CF_NC
@@ -164,9 +168,9 @@ conv_tc_rows(float* __restrict__ y, const float* __restrict__ x, const unsigned*
         if (dyn < 4u * (XS_FLOATS + WS_WORDS)) __trap();
     }
 #endif
-    // once per block: the filter rows, and zeros in the staging buffers' padding (columns W .. PITCH-1 and
-    // rows past a unit's last image are read by tiles whose outputs are discarded; they must hold finite
-    // values because the zero taps of B multiply them)
+    // once per block: the filter rows, and zeros in the staging buffers' padding (columns W .. PITCH-1 are
+    // read by the last column tile; they must hold finite values because the zero taps of B multiply them;
+    // tile rows past a unit's last output row read image 0, row 0, and are not stored)
     for (int i = tid; i < WS_WORDS; i += NT) ws[i] = __ldg(wpad + i);
     for (int i = tid; i < XS_FLOATS; i += NT) xs[i] = 0.0f;
     __syncthreads();                                           // zeros before any copy lands
