@@ -13,22 +13,18 @@ import importlib
 import importlib.util
 import zlib
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
 from convforge import conv
-from convforge.conv.reference import conv2d_float64
-from convforge.harness.check import describe_mismatch, poisoned, relative_error
+from convforge.harness.check import describe_mismatch, poisoned, reference_layer, relative_error
 from convforge.models import PRESETS
 
 EXACT = ("cuda-naive", "cuda-tiled", "cuda-constmem", "cuda-unroll-gemm", "cuda-fused-gemm", "cuda-fused-layer",
          "cuda-auto")
 REDUCED = ("cuda-tc-tf32", "cuda-tc-fp16")
 FUSING = ("cuda-fused-layer", "cuda-auto")
-REFERENCE_ACTIVATIONS = {"tanh": np.tanh, "relu": lambda v: np.maximum(v, 0.0),
-                         "sigmoid": lambda v: 1.0 / (1.0 + np.exp(-v)), None: lambda v: v}
 
 # (B, M, C, H, W, K): edges (1x1 output, one row, one column, K = 1, K = H) and awkward sizes
 ODD_SHAPES = (
@@ -72,13 +68,7 @@ def _data(shape, seed, bias, unit=False, device="cpu"):
 
 
 def _reference(x, w, b, activation=None, pool=None):
-    y = conv2d_float64(x.cpu().numpy(), w.cpu().numpy(), None if b is None else b.cpu().numpy())
-    y = REFERENCE_ACTIVATIONS[activation](y)
-    if pool:
-        B, M, H, W = y.shape
-        r, c = H // pool, W // pool
-        y = y[:, :, :r * pool, :c * pool].reshape(B, M, r, pool, c, pool).max(axis=(3, 5))
-    return y
+    return reference_layer(x, w, b, activation, pool)
 
 
 def _check(fn, x, ref, tolerance, what):
