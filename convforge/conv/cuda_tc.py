@@ -64,13 +64,24 @@ ROWS_MAX_ACC = 96              # MT * NC * 4 accumulators per lane
 
 
 @dataclass(frozen=True)
-class TcGeometry:
+class LayerShape:
+    """The layer both tensor-core kernels are compiled for (its sizes are -D constants of either)."""
     M: int
     C: int
     H: int
     W: int
     K: int
     precision: str
+
+    @property
+    def ho(self): return self.H - self.K + 1
+    @property
+    def wo(self): return self.W - self.K + 1
+
+
+@dataclass(frozen=True)
+class TcGeometry(LayerShape):
+    """tc.cu's derived constants (the gather kernel)."""
     rm: int = 2
     nt: int = 256
     round: int = 1
@@ -121,25 +132,14 @@ def plan(M: int, C: int, H: int, W: int, K: int, precision: str, config: Optiona
 
 
 @dataclass(frozen=True)
-class RowsGeometry:
+class RowsGeometry(LayerShape):
     """tc_rows.cu's derived constants (mirrors the constexprs at the top of the kernel)."""
-    M: int
-    C: int
-    H: int
-    W: int
-    K: int
-    precision: str
     mt: int
     nc: int
     ib: int
     nt: int = 128
     round: int = 1
     pipe: int = 1
-
-    @property
-    def ho(self): return self.H - self.K + 1
-    @property
-    def wo(self): return self.W - self.K + 1
     @property
     def mg(self): return cc.cdiv(self.M, self.mt)
     @property
@@ -306,11 +306,10 @@ class TcLayer:
     def __call__(self, x: torch.Tensor, out: Optional[torch.Tensor]) -> torch.Tensor:
         g = self.geom
         B = x.shape[0]
-        ho, wo = g.H - g.K + 1, g.W - g.K + 1
-        y, result = cc.output(out, (B, g.M, ho, wo), x)
         if B > cc.INT32_MAX - self.per_unit:   # the kernel counts units of per_unit images in int32
             raise ValueError(f"batch {B} is too large for one launch (at most {cc.INT32_MAX - self.per_unit})")
-        if self.rows and wo % 2 == 0 and y.data_ptr() % 8:
+        y, result = cc.output(out, (B, g.M, g.ho, g.wo), x)
+        if self.rows and g.wo % 2 == 0 and y.data_ptr() % 8:
             y = torch.empty_like(y)  # 8-byte stores need an aligned buffer (torch allocations always are)
         if y.numel():
             self.kernel((min(cc.cdiv(B, self.per_unit), self.grid_cap),), (g.nt,),
