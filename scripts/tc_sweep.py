@@ -13,7 +13,7 @@ import multiprocessing
 import torch
 
 from convforge.conv import cuda_fused_gemm, cuda_tc
-from convforge.conv.cuda_smoke import preset_layers, reference, rel_error, time_ms
+from convforge.conv.cuda_smoke import compile_spec, preset_layers, reference, rel_error, time_ms
 
 
 def layer_configs(M, C, H, W, K):
@@ -27,15 +27,6 @@ def layer_configs(M, C, H, W, K):
                     for mt in sorted({cuda_tc._rows_maps_per_tile(M, 4), cuda_tc._rows_maps_per_tile(M, 1)})
                     if mt != default_mt and mt * 8 <= cuda_tc.ROWS_MAX_ACC]
     return configs
-
-
-def _compile(spec):
-    from convforge.conv import cuda_common as cc
-    try:
-        cc.module(spec).get_function("conv_tc_rows" if spec.source == cuda_tc.ROWS_SOURCE else "conv_tc")
-        return ""
-    except Exception as exc:
-        return str(exc)[:200]
 
 
 def main():
@@ -57,7 +48,7 @@ def main():
                     except ValueError:
                         pass
         with multiprocessing.get_context("spawn").Pool(a.jobs) as pool:
-            errs = [e for e in pool.map(_compile, sorted(specs, key=str)) if e]
+            errs = [e for e in pool.map(compile_spec, sorted(specs, key=str)) if e]
         print(f"precompiled {len(specs)} kernels, {len(errs)} failed", errs[:2], flush=True)
     g = torch.Generator().manual_seed(0)
     results = []

@@ -112,10 +112,14 @@ def sweep_geoms(shape, pool, n, variants):
     return out
 
 
-def _compile_one(spec) -> str:
+def compile_spec(spec) -> str:
+    """Compile one kernel spec into CuPy's disk cache (for process pools); '' or the error."""
     from convforge.conv import cuda_common as cc
+    from convforge.conv.cuda_emulate import kernel_names
     try:
-        cc.module(spec).get_function("conv_regtile")   # NVRTC, then CuPy's disk cache
+        module = cc.module(spec)
+        for name in kernel_names(cc.load_source(spec.source)):
+            module.get_function(name)                  # NVRTC, then CuPy's disk cache
         return ""
     except Exception as exc:  # reported again (with its layer) when the sweep reaches it
         return f"{spec.options()}: {exc}"
@@ -135,7 +139,7 @@ def precompile(layers, n, variants, jobs) -> None:
                 specs.add(geom.spec(act))
     t0 = time.perf_counter()
     with multiprocessing.get_context("spawn").Pool(jobs) as workers:
-        errors = [e for e in workers.map(_compile_one, sorted(specs, key=str)) if e]
+        errors = [e for e in workers.map(compile_spec, sorted(specs, key=str)) if e]
     print(f"precompiled {len(specs)} kernels in {time.perf_counter() - t0:.1f} s, {len(errors)} failed", flush=True)
     for e in errors[:5]:
         print("  ", e[:400], flush=True)
