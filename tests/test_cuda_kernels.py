@@ -22,9 +22,9 @@ from convforge.harness.check import describe_mismatch, poisoned, reference_layer
 from convforge.models import PRESETS
 
 EXACT = ("cuda-naive", "cuda-tiled", "cuda-constmem", "cuda-unroll-gemm", "cuda-fused-gemm", "cuda-fused-layer",
-         "cuda-auto")
+         "cuda-direct", "cuda-auto")
 REDUCED = ("cuda-tc-tf32", "cuda-tc-fp16")
-FUSING = ("cuda-fused-layer", "cuda-auto")
+FUSING = ("cuda-fused-layer", "cuda-direct", "cuda-auto")
 
 # (B, M, C, H, W, K): edges (1x1 output, one row, one column, K = 1, K = H) and awkward sizes
 ODD_SHAPES = (
@@ -268,11 +268,12 @@ def test_emulated_odd_shapes(emulation, name):
 @pytest.mark.slow
 @pytest.mark.parametrize("activation,pool", [("tanh", 2), ("relu", 4), ("sigmoid", 2), (None, 3)])
 def test_emulated_fused(emulation, activation, pool):
-    from convforge.conv import cuda_auto, cuda_fused_layer
+    from convforge.conv import cuda_auto, cuda_direct, cuda_fused_layer
     shape = (2, 6, 2, 19, 23, 5)
     x, w, b = _data(shape, seed=pool, bias=True, unit=True)
     ref = _reference(x, w, b, activation, pool)
     _check(cuda_fused_layer.prepare_fused(w, b, activation, pool), x, ref, 1e-5, f"fused {activation} {pool}")
+    _check(cuda_direct.prepare_fused(w, b, activation, pool), x, ref, 1e-5, f"direct fused {activation} {pool}")
     _check(cuda_auto.prepare_fused(w, b, activation, pool), x, ref, 1e-5, f"auto fused {activation} {pool}")
 
 
@@ -310,6 +311,35 @@ def test_emulated_constmem_chunks_and_private_banks(emulation):
     fn1, fn2 = cuda_constmem.prepare(first[1], None), cuda_constmem.prepare(second[1], None)
     for (x, w, b), fn in ((first, fn1), (second, fn2), (first, fn1)):
         _check(fn, x, _reference(x, w, b), 1e-5, "constmem, two layers alive")
+
+
+@needs_cxx
+@pytest.mark.slow
+def test_emulated_direct_tiles_pieces_and_alignment(emulation):
+    """cuda-direct: strips that do and do not divide the row (vector and scalar paths), several map groups,
+    filter banks split into pieces, the channel loop rolled and unrolled, pointers only 4-byte aligned."""
+    from convforge.conv import cuda_direct
+    cases = [((2, 10, 1, 16, 16, 5), None, {"mg": 4, "r": 4}), ((2, 10, 1, 16, 17, 5), None, {"mg": 5, "r": 4}),
+             ((1, 7, 1, 13, 14, 3), ("tanh", 2), {"mg": 3, "r": 4, "cs": 1}), ((2, 6, 1, 15, 16, 3), ("relu", 2), {"mg": 6, "r": 2}),
+             ((1, 12, 3, 11, 13, 3), None, {"mg": 6, "r": 2}), ((1, 5, 2, 9, 9, 3), (None, 3), {"mg": 2, "r": 3})]
+    for shape, fusion, config in cases:
+        x, w, b = _data(shape, seed=sum(shape), bias=True, unit=True)
+        ref = _reference(x, w, b, *(fusion or (None, None)))
+        fn = (cuda_direct.prepare_fused(w, b, *fusion, config=config) if fusion
+              else cuda_direct.prepare(w, b, config=config))
+        _check(fn, x, ref, 1e-5, f"direct {shape} {fusion} {config}")
+    # a bank over 64 KB (pieces of maps) and a rolled channel loop
+    shape = (1, 40, 9, 9, 9, 7)
+    assert len(cuda_direct.pieces(40, 9, 7)) > 1
+    x, w, b = _data(shape, seed=5, bias=True)
+    _check(cuda_direct.prepare(w, b), x, _reference(x, w, b), 1e-5, "direct pieces")
+    # vector loads and stores fall back to scalar ones on pointers aligned to 4 bytes only
+    x, w, b = _data((2, 4, 1, 12, 12, 5), seed=6, bias=False)
+    flat = torch.empty(x.numel() + 1)
+    shifted = flat[1:].view_as(x).copy_(x)
+    assert shifted.data_ptr() % 16 != 0
+    _check(cuda_direct.prepare(w, None, config={"mg": 4, "r": 4}), shifted, _reference(x, w, None), 1e-5,
+           "direct misaligned")
 
 
 @needs_cxx

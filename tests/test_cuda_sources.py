@@ -13,8 +13,8 @@ import textwrap
 import pytest
 
 from convforge.conv import cuda_common as cc
-from convforge.conv import (cuda_constmem, cuda_fused_gemm, cuda_fused_layer, cuda_naive, cuda_tc, cuda_tiled,
-                            cuda_unroll_gemm)
+from convforge.conv import (cuda_constmem, cuda_direct, cuda_fused_gemm, cuda_fused_layer, cuda_naive, cuda_tc,
+                            cuda_tiled, cuda_unroll_gemm)
 from convforge.models import PRESETS
 
 from conftest import nvcc_path
@@ -22,7 +22,7 @@ from conftest import nvcc_path
 # fa18 L2 (the FLOP-heavy layer) and fa17 L1 (C = 1, output-bound), as (M, C, H, W, K)
 REPRESENTATIVE = {"fa18 L2": (24, 12, 33, 33, 7), "fa17 L1": (50, 1, 28, 28, 5)}
 CUDA_MODULES = ("cuda_naive", "cuda_tiled", "cuda_constmem", "cuda_unroll_gemm", "cuda_fused_gemm", "cuda_tc",
-                "cuda_fused_layer", "cuda_auto")
+                "cuda_fused_layer", "cuda_direct", "cuda_auto")
 
 
 def _preset_layers():
@@ -57,10 +57,14 @@ def _specs() -> list[tuple[str, cc.KernelSpec]]:
         label = "M=%d C=%d H=%d W=%d K=%d" % shape
         for spec in cuda_fused_gemm.kernel_specs(*shape):
             specs.setdefault(spec, f"cuda_fused_gemm {label}")
+        for spec in cuda_direct.kernel_specs(*shape):
+            specs.setdefault(spec, f"cuda_direct {label}")
         if fusion:
             activation, pool = fusion
             for spec in cuda_fused_layer.kernel_specs(*shape, pool=pool, activation=activation):
                 specs.setdefault(spec, f"cuda_fused_layer {activation}+pool{pool} {label}")
+            for spec in cuda_direct.kernel_specs(*shape, pool=pool, activation=cc.activation_code(activation)):
+                specs.setdefault(spec, f"cuda_direct {activation}+pool{pool} {label}")
     return [(label, spec) for spec, label in specs.items()]
 
 
@@ -85,7 +89,7 @@ def test_nvcc_compiles_for_sm90(label, spec, tmp_path):
     done = subprocess.run(cmd, capture_output=True, text=True)
     assert done.returncode == 0, f"{label}: nvcc failed\n{' '.join(cmd)}\n{done.stderr[-4000:]}"
     assert cubin.stat().st_size > 0
-    if spec.source in ("regtile.cu", "tc.cu"):
+    if spec.source in ("regtile.cu", "tc.cu", "direct.cu"):
         # the register tiles must stay in registers: no local-memory spills or stack frame
         report = done.stderr
         assert re.search(r"\b0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads", report), \

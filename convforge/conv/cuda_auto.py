@@ -29,9 +29,9 @@ TUNING_FILE = Path(__file__).resolve().parents[1] / "tuning" / "cuda_auto.json"
 ELIGIBLE = {  # exact CUDA implementations and the module serving each
     "cuda-naive": "cuda_naive", "cuda-tiled": "cuda_tiled", "cuda-constmem": "cuda_constmem",
     "cuda-unroll-gemm": "cuda_unroll_gemm", "cuda-fused-gemm": "cuda_fused_gemm",
-    "cuda-fused-layer": "cuda_fused_layer",
+    "cuda-fused-layer": "cuda_fused_layer", "cuda-direct": "cuda_direct",
 }
-FUSING = {"cuda-fused-layer"}
+FUSING = {"cuda-fused-layer", "cuda-direct"}
 DEFAULT_PLAIN, DEFAULT_FUSED = "cuda-fused-gemm", "cuda-fused-layer"
 unavailable_reason = cc.unavailable_reason
 

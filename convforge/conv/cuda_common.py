@@ -20,6 +20,8 @@ imported lazily, so the kernel modules import (and report themselves unavailable
 from __future__ import annotations
 
 import contextlib
+import heapq
+import itertools
 import os
 import re
 import threading
@@ -237,6 +239,29 @@ def copy_async(dst: int, src: int, nbytes: int, device: torch.device) -> None:
     with cp.cuda.Device(device.index):
         cp.cuda.runtime.memcpyAsync(int(dst), int(src), int(nbytes), cp.cuda.runtime.memcpyDeviceToDevice,
                                     stream_handle(device))
+
+
+# -- module instances with a constant bank of their own ----------------------------------------------
+
+_free_instances: list[int] = []   # released ids, smallest first (so a later process hits the disk cache)
+_fresh_instances = itertools.count()
+
+
+def acquire_instance() -> tuple[int, bool]:
+    """A module instance id (compiled as -DCF_INSTANCE=id) no live layer holds, and whether it was used
+    before: a kernel with a ``__constant__`` bank filled per layer needs its own module per layer, since
+    several layers' kernels may run at once on different streams. A reused id's bank may still be read by
+    kernels of the layer that freed it, so the caller synchronises before overwriting it."""
+    with _lock:
+        if _free_instances:
+            return heapq.heappop(_free_instances), True
+        return next(_fresh_instances), False
+
+
+def release_instances(ids: list[int]) -> None:
+    with _lock:
+        for i in ids:
+            heapq.heappush(_free_instances, i)
 
 
 # -- arguments ---------------------------------------------------------------------------------------

@@ -15,9 +15,6 @@ Bottleneck: as cuda-tiled, less the weight loads' cache traffic: shared-memory l
 
 from __future__ import annotations
 
-import heapq
-import itertools
-import threading
 import weakref
 from typing import Optional
 
@@ -29,9 +26,6 @@ from convforge.conv.cuda_tiled import TILE, launch_tiles
 CONST_FLOATS = 16384  # 64 KB, the constant bank's size
 unavailable_reason = cc.unavailable_reason
 
-_free: list[int] = []          # released instance ids, smallest first (so a later process hits the disk cache)
-_fresh = itertools.count()
-_lock = threading.Lock()
 
 
 def spec(instance: int = 0) -> cc.KernelSpec:
@@ -40,19 +34,6 @@ def spec(instance: int = 0) -> cc.KernelSpec:
 
 def kernel_specs(M: int, C: int, H: int, W: int, K: int, **_) -> list[cc.KernelSpec]:
     return [spec(0)]
-
-
-def _acquire() -> tuple[int, bool]:
-    with _lock:
-        if _free:
-            return heapq.heappop(_free), True
-        return next(_fresh), False
-
-
-def _release(ids: list[int]) -> None:
-    with _lock:
-        for i in ids:
-            heapq.heappush(_free, i)
 
 
 def chunks(M: int, C: int, K: int, capacity: int = CONST_FLOATS) -> list[tuple[int, int, int, int]]:
@@ -72,7 +53,7 @@ def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, input_hw=
     device = weight.device
     M, C, K, _ = weight.shape
     pieces = chunks(M, C, K)
-    acquired = [_acquire() for _ in pieces]
+    acquired = [cc.acquire_instance() for _ in pieces]
     ids = [i for i, _ in acquired]
     if any(reused for _, reused in acquired):
         cc.synchronize(device)  # a freed layer's kernels may still read a bank being reused
@@ -97,5 +78,5 @@ def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, input_hw=
                              (cc.i32(m0), cc.i32(c0), cc.i32(channels), cc.i32(mode)), B, M, H, W, K, maps)
         return cc.finish(y, result)
 
-    weakref.finalize(run, _release, ids)
+    weakref.finalize(run, cc.release_instances, ids)
     return run

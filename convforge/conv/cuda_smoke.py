@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 CUDA_IMPLS = ("cuda-naive", "cuda-tiled", "cuda-constmem", "cuda-unroll-gemm", "cuda-fused-gemm", "cuda-tc-tf32",
-              "cuda-tc-fp16", "cuda-fused-layer", "cuda-auto")
+              "cuda-tc-fp16", "cuda-fused-layer", "cuda-direct", "cuda-auto")
 ACTIVATIONS = {"tanh": torch.tanh, "relu": torch.relu, "sigmoid": torch.sigmoid, None: lambda v: v}
 
 

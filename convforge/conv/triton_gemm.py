@@ -9,9 +9,10 @@ into one add per element, with no division in the loop. Weights are packed once,
 zero-padded (K_pad, N) matrix. The bias is fused in the epilogue. Block shapes, warps and pipeline
 depth are chosen by ``triton.autotune`` keyed on the layer shape (one fixed configuration under
 Triton's interpreter, which has no timer).
-Precision: ``input_precision="ieee"`` (exact fp32, FMA units: the "triton-gemm" entry) or "tf32"
-(tensor cores, 10-bit mantissas: "triton-gemm-tf32"); ``precision="tf32x3"`` is also accepted (three
-TF32 products that recover fp32 accuracy, ~1e-6 relative), for the lead to register if wanted.
+Precision: ``input_precision="ieee"`` (exact fp32, FMA units: the "triton-gemm" entry), "tf32"
+(tensor cores, 10-bit mantissas: "triton-gemm-tf32") or "tf32x3" ("triton-gemm-3xtf32": each operand
+split into a TF32 high part and a TF32 remainder, three tensor-core products a_hi*b_hi + a_hi*b_lo +
+a_lo*b_hi; fp32-accurate, ~1e-6 relative, so held to the exact tolerance, but not fp32 arithmetic).
 Course step: milestone 4's "unroll + shared-memory matrix multiply", with the unrolling fused into the
 matrix multiply (implicit GEMM) and, for tf32, its tensor-core variant.
 Bottleneck: for ieee, FP32 FMA issue plus the A gather (one address add and one 4-byte copy per A
@@ -32,7 +33,7 @@ from convforge.conv import triton_common as common
 
 triton, tl = common.triton, common.tl
 
-PRECISIONS = ("fp32", "tf32")
+PRECISIONS = ("fp32", "tf32", "tf32x3")
 _INPUT_PRECISION = {"fp32": "ieee", "ieee": "ieee", "tf32": "tf32", "tf32x3": "tf32x3"}
 K_ALIGN = 64          # reduction padding: a multiple of every BLOCK_K below
 
@@ -145,7 +146,7 @@ def kernel_constants(maps: int, channels: int, kernel: int, height: int, width: 
 
 def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, precision: str = "fp32"):
     if precision not in _INPUT_PRECISION:
-        raise ValueError(f"triton_gemm serves {', '.join(PRECISIONS)} (and tf32x3), not {precision!r}")
+        raise ValueError(f"triton_gemm serves {', '.join(PRECISIONS)}, not {precision!r}")
     input_precision = _INPUT_PRECISION[precision]
     maps, channels, kernel, kernel_w = weight.shape
     if kernel != kernel_w:

@@ -60,6 +60,7 @@ inline unsigned char* dyn_smem() { return t_block->smem; }
 inline void __syncthreads() { cf::t_block->bar->arrive_and_wait(); }
 [[noreturn]] inline void __trap() { std::abort(); }
 template <class T> inline T __ldg(const T* p) { return *p; }
+template <class T> inline void __stcs(T* p, T v) { *p = v; }
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
 inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }

@@ -32,6 +32,7 @@
 // (launch shape), CF_POOL CF_ACT (0 none, 1 tanh, 2 relu, 3 sigmoid), CF_XSMEM CF_WSMEM.
 
 #include "async_copy.cuh"
+#include "activation.cuh"
 
 #ifndef CF_TM
 #define CF_TM 8
@@ -56,9 +57,6 @@
 #endif
 #ifndef CF_POOL
 #define CF_POOL 1
-#endif
-#ifndef CF_ACT
-#define CF_ACT 0
 #endif
 #ifndef CF_XSMEM
 #define CF_XSMEM 1
@@ -124,18 +122,6 @@ __device__ __forceinline__ void stage_async(float* dst, const float* __restrict_
     }
 }
 
-__device__ __forceinline__ float activate(float v)
-{
-#if CF_ACT == 1
-    return tanhf(v);
-#elif CF_ACT == 2
-    return fmaxf(v, 0.0f);
-#elif CF_ACT == 3
-    return 1.0f / (1.0f + expf(-v));
-#else
-    return v;
-#endif
-}
 
 // The TM weights of one tap for map group g (maps g*TM ..), as wide as alignment allows (GS % 4 == 0
 // when TM >= 4: float4 loads, then a float2 / float for the remainder).

@@ -1,0 +1,206 @@
+// cuda-direct: direct convolution; each thread keeps a register tile of output columns x maps, and the
+// filter bank sits in the constant bank, where FFMA reads it as an operand (no load instruction at all).
+//
+// A thread owns CF_POOL output rows x CF_R consecutive output columns x GM maps (one map group; groups
+// are blockIdx.y, so the choice is uniform per block and each group is its own compile-time code path).
+// For each channel and input row it loads the CF_R+K-1 input values it needs straight from global
+// memory (through L1: neighbouring threads share them; 16- or 8-byte loads where the row and the tile are
+// aligned), then does every tap that row feeds: CF_POOL x K x CF_R x GM FFMAs, each with its weight as a
+// c[bank][offset] operand, because channel, tap and map are all compile-time indices once unrolled. On
+// the one-channel layers the loop is almost pure FFMA: per thread K*(CF_R+K-1)/vector loads against
+// CF_R*GM*K*K FFMAs and, per map, one store. No shared memory, no barriers: occupancy is set by the
+// registers (the accumulators plus one input row).
+//
+// Consecutive threads take consecutive column strips of one output row, so each map's stores from a warp
+// form one contiguous run (16-byte stores where alignment allows). CF_POOL > 1: the tile covers whole
+// pool windows; max over the window, then the activation (monotone), one store per pooled value;
+// conv rows and columns that fill no window are never computed (floor semantics, as F.max_pool2d).
+//
+// Each launch serves one piece of at most CF_MP maps (maps m0 .. m0+CF_MP-1 of M), whose weights plus
+// bias fit the 64 KB bank: cf_bank = weights [c][p][q][map] (maps fastest), then the CF_MP biases. Each
+// prepared layer has its own module instance (CF_INSTANCE), hence its own bank (see cuda_constmem.py).
+// With CF_UNROLL_C == 0 the channel loop stays a loop (the channel offset is then a register, and the
+// weights come through LDC loads): used where unrolling C would make the code too large.
+//
+// Constants: CF_C CF_H CF_W CF_K (layer), CF_MP (maps of this piece), CF_MG (maps per thread), CF_R
+// (output columns per thread, a multiple of CF_POOL), CF_NT (threads per block), CF_VEC (largest vector
+// width in floats the pointers allow: 4, 2 or 1), CF_UNROLL_C, CF_STREAM_STORES, CF_POOL, CF_ACT, CF_INSTANCE.
+
+#include "activation.cuh"
+
+#ifndef CF_INSTANCE
+#define CF_INSTANCE 0
+#endif
+#ifndef CF_CONST_FLOATS
+#define CF_CONST_FLOATS 16384
+#endif
+#ifndef CF_POOL
+#define CF_POOL 1
+#endif
+#ifndef CF_NT
+#define CF_NT 256
+#endif
+#ifndef CF_VEC
+#define CF_VEC 4
+#endif
+#ifndef CF_UNROLL_C
+#define CF_UNROLL_C 1
+#endif
+#ifndef CF_STREAM_STORES
+#define CF_STREAM_STORES 0
+#endif
+
+__constant__ float cf_bank[CF_CONST_FLOATS];
+
+namespace {
+
+constexpr int C = CF_C, H = CF_H, W = CF_W, K = CF_K, MP = CF_MP, MG = CF_MG, R = CF_R, P = CF_POOL;
+constexpr int HO = H - K + 1, WO = W - K + 1;
+constexpr int HP = HO / P, WP = WO / P;            // stored rows and columns (P == 1: the conv output)
+constexpr int RP = R / P;                           // stored values per map and thread
+constexpr int NX = (WP + RP - 1) / RP;              // column strips per stored row
+constexpr bool TAIL = WP % RP != 0;                 // the last strip is partial
+constexpr int SPAN = R + K - 1;                     // input columns one thread reads per row
+constexpr int vec_width(int n, int m) { return (CF_VEC >= 4 && n % 4 == 0 && m % 4 == 0) ? 4
+                                              : (CF_VEC >= 2 && n % 2 == 0 && m % 2 == 0) ? 2 : 1; }
+constexpr int VL = TAIL ? 1 : vec_width(W, R);      // load width (rows and strips aligned to it)
+constexpr int NL = (SPAN + VL - 1) / VL;            // loads per row; never past the row when !TAIL
+constexpr int VS = TAIL ? 1 : vec_width(WP, RP);    // store width
+constexpr int NG = (MP + MG - 1) / MG;              // map groups (blockIdx.y)
+constexpr int BIAS = C * K * K * MP;                // offset of the biases in cf_bank
+constexpr int UNROLL_C = CF_UNROLL_C ? C : 1;
+static_assert(R % P == 0, "CF_R must be a multiple of CF_POOL");
+static_assert(BIAS + MP <= CF_CONST_FLOATS, "weights and bias must fit the constant bank");
+
+__device__ __forceinline__ void load_row(float (&v)[NL * VL], const float* __restrict__ row, int x0)
+{
+    if constexpr (VL == 4) {
+#pragma unroll
+        for (int l = 0; l < NL; ++l) {
+            const float4 t = __ldg(reinterpret_cast<const float4*>(row + x0) + l);
+            v[4 * l] = t.x; v[4 * l + 1] = t.y; v[4 * l + 2] = t.z; v[4 * l + 3] = t.w;
+        }
+    } else if constexpr (VL == 2) {
+#pragma unroll
+        for (int l = 0; l < NL; ++l) {
+            const float2 t = __ldg(reinterpret_cast<const float2*>(row + x0) + l);
+            v[2 * l] = t.x; v[2 * l + 1] = t.y;
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < SPAN; ++e)   // a partial strip re-reads the row's last value (never stored)
+            v[e] = __ldg(row + (TAIL ? min(x0 + e, W - 1) : x0 + e));
+    }
+}
+
+// Output stores; CF_STREAM_STORES marks them evict-first (st.global.cs): the output is not read again here.
+template <class T>
+__device__ __forceinline__ void store(T* p, T v)
+{
+#if CF_STREAM_STORES
+    __stcs(p, v);
+#else
+    *p = v;
+#endif
+}
+
+// One map group's tile: maps G*MG .. G*MG+GM-1 of this piece.
+template <int G>
+__device__ __forceinline__ void tile(float* __restrict__ y, const float* __restrict__ x, int b, int row,
+                                     int strip, int M, int m0)
+{
+    constexpr int GM = (MP - G * MG < MG) ? MP - G * MG : MG;
+    float acc[P][R][GM];
+#pragma unroll
+    for (int r = 0; r < P; ++r)
+#pragma unroll
+        for (int j = 0; j < R; ++j)
+#pragma unroll
+            for (int m = 0; m < GM; ++m)
+                acc[r][j][m] = cf_bank[BIAS + G * MG + m];
+
+    const int x0 = strip * R;
+    const float* __restrict__ xb = x + (long long)b * (C * H * W) + (row * P) * W;
+#pragma unroll UNROLL_C
+    for (int c = 0; c < C; ++c) {
+#pragma unroll
+        for (int i = 0; i < P + K - 1; ++i) {        // input row i feeds output row r through tap p = i - r
+            float v[NL * VL];
+            load_row(v, xb + (c * H + i) * W, x0);
+#pragma unroll
+            for (int r = 0; r < P; ++r) {
+                const int p = i - r;
+                if (p < 0 || p >= K) continue;
+#pragma unroll
+                for (int q = 0; q < K; ++q)
+#pragma unroll
+                    for (int j = 0; j < R; ++j)
+#pragma unroll
+                        for (int m = 0; m < GM; ++m)
+                            acc[r][j][m] = fmaf(v[j + q], cf_bank[((c * K + p) * K + q) * MP + G * MG + m],
+                                                acc[r][j][m]);
+            }
+        }
+    }
+
+    // Epilogue: pool (P > 1) and activate, then RP values per map at column strip * RP of stored row `row`.
+#pragma unroll
+    for (int m = 0; m < GM; ++m) {
+        float out[RP];
+#pragma unroll
+        for (int jp = 0; jp < RP; ++jp) {
+            float best = acc[0][jp * P][m];
+#pragma unroll
+            for (int r = 0; r < P; ++r)
+#pragma unroll
+                for (int jj = 0; jj < P; ++jj)
+                    if (r + jj > 0) best = fmaxf(best, acc[r][jp * P + jj][m]);
+            out[jp] = activate(best);
+        }
+        float* __restrict__ dst = y + (((long long)b * M + m0 + G * MG + m) * HP + row) * WP + strip * RP;
+        if constexpr (VS == 4) {
+#pragma unroll
+            for (int s = 0; s < RP / 4; ++s)
+                store(reinterpret_cast<float4*>(dst) + s,
+                      make_float4(out[4 * s], out[4 * s + 1], out[4 * s + 2], out[4 * s + 3]));
+        } else if constexpr (VS == 2) {
+#pragma unroll
+            for (int s = 0; s < RP / 2; ++s)
+                store(reinterpret_cast<float2*>(dst) + s, make_float2(out[2 * s], out[2 * s + 1]));
+        } else {
+#pragma unroll
+            for (int jp = 0; jp < RP; ++jp)
+                if (!TAIL || strip * RP + jp < WP) store(dst + jp, out[jp]);
+        }
+    }
+}
+
+// blockIdx.y -> tile<G>: a chain of uniform branches, one compile-time code path per group.
+template <int G>
+struct Groups {
+    static __device__ __forceinline__ void run(int g, float* __restrict__ y, const float* __restrict__ x, int b,
+                                               int row, int strip, int M, int m0)
+    {
+        if (g == G) tile<G>(y, x, b, row, strip, M, m0);
+        else Groups<G - 1>::run(g, y, x, b, row, strip, M, m0);
+    }
+};
+
+template <>
+struct Groups<-1> {
+    static __device__ __forceinline__ void run(int, float*, const float*, int, int, int, int, int) {}
+};
+
+}  // namespace
+
+// y: (B, M, HP, WP) (HP, WP = HO, WO when CF_POOL == 1); x: (B, C, H, W). B * HP * NX < 2^31 (the host
+// splits larger batches). Grid: x = ceil(B * HP * NX / CF_NT), y = map groups of this piece.
+extern "C" __global__ void __launch_bounds__(CF_NT)
+conv_direct(float* __restrict__ y, const float* __restrict__ x, int B, int M, int m0)
+{
+    const int item = blockIdx.x * CF_NT + threadIdx.x;
+    if (item >= B * HP * NX) return;
+    const int strip = item % NX;
+    const int rest = item / NX;
+    Groups<NG - 1>::run(blockIdx.y, y, x, rest / HP, rest % HP, strip, M, m0);
+}

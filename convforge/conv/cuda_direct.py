@@ -1,0 +1,243 @@
+"""cuda-direct: direct convolution with the filter bank as constant-bank operands of FFMA, output tiles in registers.
+
+Technique: ``cuda/direct.cu``. A thread owns pool rows x R consecutive output columns x a group of maps;
+for each input row it loads the R+K-1 values it needs (through L1, 16- or 8-byte loads where aligned) and
+does every tap that row feeds. Channel, tap and map are compile-time indices, so each weight is a
+``c[bank][offset]`` operand of its FFMA: no weight loads, no shared memory, no barriers. The filter bank
+and bias go into the module's ``__constant__`` bank once, in prepare; each prepared layer has its own
+module instance (as cuda-constmem), and banks over 64 KB run as pieces of maps, one launch each. With a
+pool (``prepare_fused``) the tile covers whole windows and only the activated window maxima are stored.
+Course step: milestone 4's "weights in constant memory" taken to its end: with all indices compile-time
+constants (``-D`` shapes, full unrolling) and thread coarsening (register tiles of columns x maps), the
+constant bank feeds the FMA units directly; shared-memory tiling is dropped because Hopper's L1 already
+serves the input reuse.
+Bottleneck: on the one-channel first layers, FP32 FFMA issue and the output stores (the loop is almost
+only FFMA); on multi-channel layers the unrolled code grows with C*K*K*tile, so they are left to
+cuda-fused-gemm (``CF_UNROLL_C=0`` keeps them correct, with the weights then loaded by LDC).
+
+Launch shapes: ``TUNED`` holds the measured fastest (mg, r, nt) per preset layer and pool (from
+``scripts/direct_sweep.py``); other shapes use ``default_config``. ``candidate_configs`` lists what the
+sweep times.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, replace
+from typing import Optional, Union
+
+import torch
+
+from convforge.conv import cuda_common as cc
+
+SOURCE = "direct.cu"
+CONST_FLOATS = 16384          # the 64 KB constant bank
+MAX_ACCUMULATORS = 128        # pool * r * mg; past this the 255-register budget spills
+UNROLLED_FFMA_LIMIT = 6000    # per thread; past this the channel loop is not unrolled (code size)
+unavailable_reason = cc.unavailable_reason
+
+# (M, C, H, W, K, pool) -> launch shape, the fastest of scripts/direct_sweep.py's candidates at B = 10000 on an
+# NVIDIA H100 80GB HBM3 (2026-11-21; raw rows in benchmarks/h100-2026-11-21-session3/direct_sweep.json).
+# Comments: that run's median and cuda-auto's then choice (% of floor against the H200 ceilings, 4.18 TB/s and
+# 50.9 TFLOP/s, so understated for the H100's lower bandwidth).
+TUNED: dict[tuple[int, int, int, int, int, int], dict] = {
+    (4, 1, 86, 86, 7, 1): {'mg': 4, 'r': 8, 'nt': 128},  # fa20 L1: 0.571 ms, 86 % of floor; cuda-auto (cuda-fused-layer) 0.729
+    (4, 1, 86, 86, 7, 2): {'mg': 4, 'r': 4, 'nt': 128},  # fa20 L1: 0.530 ms, 93 % of floor; cuda-auto (cuda-fused-layer) 0.739
+    (6, 1, 48, 48, 5, 1): {'mg': 6, 'r': 4, 'nt': 256},  # sp19 L1: 0.261 ms, 51 % of floor; cuda-auto (cuda-fused-layer) 0.295
+    (6, 1, 48, 48, 5, 2): {'mg': 6, 'r': 4, 'nt': 128},  # sp19 L1: 0.204 ms, 56 % of floor; cuda-auto (cuda-fused-layer) 0.271
+    (6, 1, 64, 64, 5, 1): {'mg': 6, 'r': 2, 'nt': 256},  # sp18 L1: 0.428 ms, 57 % of floor; cuda-auto (cuda-fused-layer) 0.510
+    (6, 1, 64, 64, 5, 2): {'mg': 6, 'r': 4, 'nt': 128},  # sp18 L1: 0.317 ms, 67 % of floor; cuda-auto (cuda-fused-layer) 0.430
+    (12, 1, 70, 70, 5, 1): {'mg': 12, 'r': 2, 'nt': 256},  # fa19 L1: 0.911 ms, 60 % of floor; cuda-auto (cuda-fused-layer) 1.251
+    (12, 1, 70, 70, 5, 2): {'mg': 6, 'r': 2, 'nt': 256},  # fa19 L1: 0.736 ms, 70 % of floor; cuda-auto (cuda-fused-layer) 0.991
+    (12, 1, 72, 72, 7, 1): {'mg': 12, 'r': 2, 'nt': 128},  # fa18 L1: 1.203 ms, 84 % of floor; cuda-auto (cuda-fused-gemm) 1.516
+    (12, 1, 72, 72, 7, 2): {'mg': 6, 'r': 2, 'nt': 128},  # fa18 L1: 1.170 ms, 86 % of floor; cuda-auto (cuda-fused-layer) 1.420
+    (16, 4, 40, 40, 7, 1): {'mg': 16, 'r': 2, 'nt': 256},  # fa20 L2: 2.006 ms, 71 % of floor; cuda-auto (cuda-fused-gemm) 1.911
+    (16, 4, 40, 40, 7, 4): {'mg': 4, 'r': 4, 'nt': 256},  # fa20 L2: 1.718 ms, 83 % of floor; cuda-auto (cuda-fused-layer) 1.471
+    (16, 6, 22, 22, 5, 1): {'mg': 16, 'r': 4, 'nt': 256},  # sp19 L2: 0.509 ms, 60 % of floor; cuda-auto (cuda-fused-gemm) 0.517
+    (16, 6, 30, 30, 5, 1): {'mg': 16, 'r': 4, 'nt': 256},  # sp18 L2: 0.919 ms, 69 % of floor; cuda-auto (cuda-fused-layer) 0.895
+    (24, 12, 33, 33, 5, 1): {'mg': 8, 'r': 8, 'nt': 256},  # fa19 L2: 3.537 ms, 67 % of floor; cuda-auto (cuda-fused-gemm) 3.247
+    (24, 12, 33, 33, 7, 1): {'mg': 24, 'r': 4, 'nt': 256},  # fa18 L2: 7.195 ms, 56 % of floor; cuda-auto (cuda-fused-gemm) 4.732
+    (50, 1, 28, 28, 5, 1): {'mg': 17, 'r': 4, 'nt': 128},  # fa17 L1: 0.541 ms, 52 % of floor; cuda-auto (cuda-fused-layer) 0.551
+    (50, 1, 28, 28, 5, 2): {'mg': 7, 'r': 2, 'nt': 128},  # fa17 L1: 0.459 ms, 62 % of floor; cuda-auto (cuda-fused-layer) 0.530
+}
+
+
+@dataclass(frozen=True)
+class DirectConfig:
+    mg: int            # maps per thread (one map group)
+    r: int             # output columns per thread, a multiple of the pool
+    nt: int = 256      # threads per block
+    cs: int = 0        # 1: evict-first (streaming) output stores
+
+    @staticmethod
+    def coerce(config: Union["DirectConfig", dict, None]) -> Optional["DirectConfig"]:
+        if config is None or isinstance(config, DirectConfig):
+            return config
+        return DirectConfig(**config)
+
+
+def _stored(H: int, W: int, K: int, pool: int) -> tuple[int, int]:
+    return (H - K + 1) // pool, (W - K + 1) // pool
+
+
+def check_config(M: int, C: int, H: int, W: int, K: int, pool: int, cfg: DirectConfig) -> None:
+    if cfg.r < 1 or cfg.r % pool:
+        raise ValueError(f"r={cfg.r} must be a positive multiple of the pool ({pool})")
+    if not 1 <= cfg.mg <= M:
+        raise ValueError(f"mg={cfg.mg} must be within 1..{M}")
+    if pool * cfg.r * cfg.mg > MAX_ACCUMULATORS:
+        raise ValueError(f"pool*r*mg = {pool * cfg.r * cfg.mg} accumulators exceed {MAX_ACCUMULATORS}")
+    if cfg.nt % 32 or not 32 <= cfg.nt <= 1024:
+        raise ValueError(f"nt={cfg.nt} must be a multiple of 32 in 32..1024")
+    if cfg.cs not in (0, 1):
+        raise ValueError(f"cs={cfg.cs} must be 0 or 1")
+
+
+def _balanced(M: int, mg: int) -> int:
+    """The same number of groups with the maps spread evenly (50 maps in groups of 16 -> 4 groups of 13)."""
+    return cc.cdiv(M, cc.cdiv(M, mg))
+
+
+def default_config(M: int, C: int, H: int, W: int, K: int, pool: int = 1) -> DirectConfig:
+    """Modelled default: the widest strip (up to 4 stored columns) that divides the stored row, then as
+    many maps per thread as keep about 64 accumulators."""
+    tuned = TUNED.get((M, C, H, W, K, pool))
+    if tuned is not None:
+        return DirectConfig(**tuned)
+    _, wp = _stored(H, W, K, pool)
+    rp = next(n for n in (4, 2, 1) if wp % n == 0 or n == 1)
+    r = rp * pool
+    mg = _balanced(M, max(1, min(M, 64 // (pool * r))))
+    return DirectConfig(mg, r)
+
+
+def candidate_configs(M: int, C: int, H: int, W: int, K: int, pool: int = 1) -> list[DirectConfig]:
+    """Launch shapes worth timing: strips of 1-8 stored columns x map groups of M/1 .. M/8 x 128 or 256
+    threads, within the accumulator budget."""
+    out = []
+    for rp in (1, 2, 4, 8):
+        r = rp * pool
+        for parts in (1, 2, 3, 4, 6, 8):
+            mg = _balanced(M, cc.cdiv(M, parts))
+            if pool * r * mg > MAX_ACCUMULATORS or pool * r * mg < 4:
+                continue
+            for nt in (128, 256):
+                cfg = DirectConfig(mg, r, nt)
+                if cfg not in out:
+                    out.append(cfg)
+    return out
+
+
+def pieces(M: int, C: int, K: int) -> list[tuple[int, int]]:
+    """(m0, maps) launches whose weights and biases fit the constant bank."""
+    per = CONST_FLOATS // (C * K * K + 1)
+    if per == 0:
+        raise ValueError(f"one {C}x{K}x{K} filter does not fit the 64 KB constant bank")
+    return [(m0, min(per, M - m0)) for m0 in range(0, M, per)]
+
+
+def _alignment(*tensors: torch.Tensor) -> int:
+    """Largest vector width in floats (4, 2, 1) that every pointer is aligned to."""
+    for vec in (4, 2):
+        if all(t.data_ptr() % (4 * vec) == 0 for t in tensors):
+            return vec
+    return 1
+
+
+def spec(C: int, H: int, W: int, K: int, pool: int, activation: int, cfg: DirectConfig, maps: int,
+         instance: int = 0, vec: int = 4) -> cc.KernelSpec:
+    """The kernel of one piece of ``maps`` maps; ``vec`` is the widest access the pointers allow."""
+    mg = min(cfg.mg, maps)
+    unroll = C * K * K * pool * cfg.r * mg <= UNROLLED_FFMA_LIMIT
+    return cc.KernelSpec.of(SOURCE, CF_C=C, CF_H=H, CF_W=W, CF_K=K, CF_MP=maps, CF_MG=mg, CF_R=cfg.r,
+                            CF_NT=cfg.nt, CF_VEC=vec, CF_UNROLL_C=int(unroll), CF_STREAM_STORES=cfg.cs, CF_POOL=pool,
+                            CF_ACT=activation, CF_INSTANCE=instance)
+
+
+def plan(M: int, C: int, H: int, W: int, K: int, pool: int = 1, config=None) -> DirectConfig:
+    """The launch shape one layer runs with: the given config, else the tuned or modelled default."""
+    cfg = DirectConfig.coerce(config) or default_config(M, C, H, W, K, pool)
+    cfg = replace(cfg, mg=min(cfg.mg, max(maps for _, maps in pieces(M, C, K))))
+    check_config(M, C, H, W, K, pool, cfg)
+    return cfg
+
+
+def kernel_specs(M: int, C: int, H: int, W: int, K: int, pool: int = 1, activation: int = 0,
+                 config=None, **_) -> list[cc.KernelSpec]:
+    """The kernels one layer compiles (instances 0, 1, ... one per piece), for the compile tests."""
+    cfg = plan(M, C, H, W, K, pool, config)
+    return [spec(C, H, W, K, pool, activation, cfg, maps, i) for i, (_, maps) in enumerate(pieces(M, C, K))]
+
+
+class DirectLayer:
+    """One layer at one input size: a constant bank per piece, kernels compiled per pointer alignment."""
+
+    def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor], H: int, W: int, pool: int = 1,
+                 activation: int = 0, config=None):
+        M, C, K, _ = weight.shape
+        if H < K or W < K:
+            raise ValueError(f"input {H}x{W} is smaller than the {K}x{K} kernel")
+        self.M, self.C, self.H, self.W, self.K, self.pool, self.activation = M, C, H, W, K, pool, activation
+        self.cfg = plan(M, C, H, W, K, pool, config)
+        self.pieces = pieces(M, C, K)
+        self.hp, self.wp = _stored(H, W, K, pool)
+        self.nx = cc.cdiv(self.wp, self.cfg.r // pool)
+        self.device = weight.device
+        self.banks = []   # per piece: weights [c][p][q][map] then biases, copied into each module's bank
+        for m0, maps in self.pieces:
+            tail = bias[m0:m0 + maps] if bias is not None else torch.zeros(maps, device=self.device)
+            self.banks.append(torch.cat([weight[m0:m0 + maps].permute(1, 2, 3, 0).reshape(-1), tail]).contiguous())
+        acquired = [cc.acquire_instance() for _ in self.pieces]
+        self.instances = [i for i, _ in acquired]
+        self.reused = any(reused for _, reused in acquired)
+        self.kernels: dict = {}
+        weakref.finalize(self, cc.release_instances, list(self.instances))
+
+    def kernel(self, piece: int, vec: int) -> cc.Kernel:
+        """The piece's kernel for this alignment; its module's bank is filled when first compiled."""
+        key = (piece, vec)
+        if key not in self.kernels:
+            s = spec(self.C, self.H, self.W, self.K, self.pool, self.activation, self.cfg,
+                     self.pieces[piece][1], self.instances[piece], vec)
+            kernel = cc.kernel(s, "conv_direct", self.device)
+            if self.reused:
+                cc.synchronize(self.device)  # a freed layer's kernels may still read a bank being reused
+            bank = self.banks[piece]
+            cc.copy_async(cc.global_ptr(s, "cf_bank", self.device), bank.data_ptr(), 4 * bank.numel(), self.device)
+            cc.synchronize(self.device)      # written before any stream launches from it
+            self.kernels[key] = kernel
+        return self.kernels[key]
+
+    def out_shape(self, batch: int) -> tuple[int, int, int, int]:
+        return batch, self.M, self.hp, self.wp
+
+    def __call__(self, x: torch.Tensor, out: Optional[torch.Tensor]) -> torch.Tensor:
+        y, result = cc.output(out, self.out_shape(x.shape[0]), x)
+        items_per_image = self.hp * self.nx
+        if y.numel() == 0:
+            return cc.finish(y, result)
+        per_launch = max(1, cc.INT32_MAX // items_per_image)
+        for b0 in range(0, x.shape[0], per_launch):
+            xs, ys = x[b0:b0 + per_launch], y[b0:b0 + per_launch]
+            vec = _alignment(xs, ys)
+            for piece, (m0, maps) in enumerate(self.pieces):
+                mg = min(self.cfg.mg, maps)
+                grid = (cc.cdiv(xs.shape[0] * items_per_image, self.cfg.nt), cc.cdiv(maps, mg), 1)
+                self.kernel(piece, vec)(grid, (self.cfg.nt, 1, 1),
+                                        (cc.ptr(ys), cc.ptr(xs), cc.i32(xs.shape[0]), cc.i32(self.M), cc.i32(m0)))
+        return cc.finish(y, result)
+
+
+def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, config=None, input_hw=None):
+    weight, bias = cc.check_weight(weight, bias)
+    return cc.per_input_size(weight, lambda h, w: DirectLayer(weight, bias, h, w, 1, 0, config), input_hw)
+
+
+def prepare_fused(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Optional[str], pool: int,
+                  config=None, input_hw=None):
+    weight, bias = cc.check_weight(weight, bias)
+    act = cc.activation_code(activation)
+    pool = int(pool)
+    if pool < 1:
+        raise ValueError(f"pool must be >= 1, got {pool}")
+    return cc.per_input_size(weight, lambda h, w: DirectLayer(weight, bias, h, w, pool, act, config), input_hw)
