@@ -4,7 +4,7 @@
 # Usage on the device machine: bash scripts/device_gpu.sh [stage ...]
 #   stages: verify correct sanitize streams bench profile sass
 #   env: VERIFY_IMPLS / BENCH_IMPLS / SANITIZE_IMPLS (default: every implementation of the stage), VERIFY_CASES
-#   (random shapes per implementation), BENCH_MODELS (default: every preset; one JSON file per preset, so a
+#   (random shapes per implementation), BENCH_TAG (bench file name prefix), BENCH_MODELS (default: every preset; one JSON file per preset, so a
 #   stage cut short keeps what it finished)
 set -uo pipefail
 export PYTHONPATH=$PWD CONVFORGE_DATA=$PWD/.data PYTHONUNBUFFERED=1 CONVFORGE_CACHE=/tmp/cfcache
@@ -30,8 +30,8 @@ fi
 if has bench; then
   for m in ${BENCH_MODELS:-fa17-high sp18 sp19 fa18 fa19 fa20}; do
     python3 -m convforge bench --model $m --images 10000 --device cuda --budget 0.5 \
-      ${BENCH_IMPLS:+--impl $BENCH_IMPLS} --out "$OUT/bench_gpu_b10000_$m.json" > "$OUT/bench_$m.txt" 2>&1
-    echo "bench $m exit $?"; tail -14 "$OUT/bench_$m.txt"
+      ${BENCH_IMPLS:+--impl $BENCH_IMPLS} --out "$OUT/bench_gpu_b10000_${BENCH_TAG:-}$m.json" > "$OUT/bench_${BENCH_TAG:-}$m.txt" 2>&1
+    echo "bench $m exit $?"; tail -14 "$OUT/bench_${BENCH_TAG:-}$m.txt"
   done
 fi
 if has streams; then   # end-to-end time with and without the chunked multi-stream copy/compute overlap

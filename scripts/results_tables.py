@@ -1,24 +1,45 @@
 """Markdown tables for benchmarks/RESULTS.md from a `convforge bench --out FILE.json` file.
 
-    python3 scripts/results_tables.py benchmarks/h200-2026-11-21/bench_b10000.json
+    python3 scripts/results_tables.py benchmarks/h200-2026-11-21/bench_b10000.json [more.json ...]
+    python3 scripts/results_tables.py --impls cuda-direct,cuda-auto FILE.json [more.json ...]
 
 Prints (1) each layer's best exact kernel, best Triton kernel and best reduced-precision kernel against
 cuDNN and the roofline floor, and (2) the course's optimisation path, kernel by kernel, on every layer.
+With --impls: one row per layer (conv and fused), each named implementation's ms (% of floor, x cuDNN).
+Several files are read as one run's rows (each row keeps the ceilings and cuDNN time of its own run).
 """
 
+import argparse
 import json
-import sys
 from collections import defaultdict
 
 PATH = ("cuda-naive", "cuda-tiled", "cuda-constmem", "cuda-unroll-gemm", "cuda-fused-gemm", "cuda-fused-layer",
         "cuda-tc-tf32", "cuda-tc-fp16", "triton-direct", "triton-gemm", "triton-gemm-tf32", "triton-fused-layer")
 
 
-def main(path: str) -> None:
-    rows = json.load(open(path))
+def per_impl_table(by_case, impls) -> None:
+    print("| layer | floor ms | cuDNN / PyTorch ms (% floor) | " + " | ".join(impls) + " |")
+    print("|---|---|---|" + "---|" * len(impls))
+    for (kind, layer), case in by_case.items():
+        base = next(r for r in case if r["impl"] == "torch")
+        cells = []
+        for impl in impls:
+            match = [r for r in case if r["impl"] == impl]
+            cells.append(f"{match[0]['median_ms']:.3f} ({match[0]['roofline_pct']:.0f} %, {match[0]['speedup']:.2f}x)"
+                         if match else "—")
+        label = layer + (" fused conv+act+pool" if kind == "fused" else "")
+        print(f"| {label} | {base['floor_ms']:.3f} | {base['median_ms']:.3f} ({base['roofline_pct']:.0f} %) | "
+              + " | ".join(cells) + " |")
+
+
+def main(paths, impls=None) -> None:
+    rows = [row for path in paths for row in json.load(open(path))]
     by_case = defaultdict(list)
     for row in rows:
         by_case[(row["kind"], row["layer"])].append(row)
+    if impls:
+        per_impl_table(by_case, impls)
+        return
     first = rows[0]
     print(f"Machine: {first['gpu']}, torch {first['torch']}, CUDA {first['cuda']}, cuDNN {first['cudnn']}, "
           f"triton {first['triton']}, cupy {first['cupy']}; {first['date']}. Ceilings measured in the same run: "
@@ -51,4 +72,8 @@ def main(path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("files", nargs="+")
+    parser.add_argument("--impls", default="", help="comma-separated implementations for a per-implementation table")
+    args = parser.parse_args()
+    main(args.files, [i for i in args.impls.split(",") if i])

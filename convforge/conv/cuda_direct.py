@@ -2,17 +2,18 @@
 
 Technique: ``cuda/direct.cu``. A thread owns pool rows x R consecutive output columns x a group of maps;
 for each input row it loads the R+K-1 values it needs (through L1, 16- or 8-byte loads where aligned) and
-does every tap that row feeds. Channel, tap and map are compile-time indices, so each weight is a
-``c[bank][offset]`` operand of its FFMA: no weight loads, no shared memory, no barriers. The filter bank
+does every tap that row feeds. Channel, tap and map are compile-time indices, so each weight is a fixed
+constant-bank address that ptxas feeds to the FFMAs through uniform registers (ULDC on the uniform
+datapath, one per two weights per warp): no per-thread weight loads, no shared memory, no barriers. The filter bank
 and bias go into the module's ``__constant__`` bank once, in prepare; each prepared layer has its own
 module instance (as cuda-constmem), and banks over 64 KB run as pieces of maps, one launch each. With a
 pool (``prepare_fused``) the tile covers whole windows and only the activated window maxima are stored.
 Course step: milestone 4's "weights in constant memory" taken to its end: with all indices compile-time
 constants (``-D`` shapes, full unrolling) and thread coarsening (register tiles of columns x maps), the
-constant bank feeds the FMA units directly; shared-memory tiling is dropped because Hopper's L1 already
+constant bank feeds the FMA units without per-thread loads; shared-memory tiling is dropped because Hopper's L1 already
 serves the input reuse.
-Bottleneck: on the one-channel first layers, FP32 FFMA issue and the output stores (the loop is almost
-only FFMA); on multi-channel layers the unrolled code grows with C*K*K*tile, so they are left to
+Bottleneck: on the one-channel first layers, FP32 FFMA issue and the output stores (fa17 L1: 86 % of the
+SASS is FFMA, the rest mostly ULDC); on multi-channel layers the unrolled code grows with C*K*K*tile, so they are left to
 cuda-fused-gemm (``CF_UNROLL_C=0`` keeps them correct, with the weights then loaded by LDC).
 
 Launch shapes: ``TUNED`` holds the measured fastest (mg, r, nt) per preset layer and pool (from
