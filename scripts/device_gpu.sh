@@ -7,7 +7,7 @@
 #   (random shapes per implementation), BENCH_TAG (bench file name prefix), BENCH_MODELS (default: every preset; one JSON file per preset, so a
 #   stage cut short keeps what it finished)
 set -uo pipefail
-export PYTHONPATH=$PWD CONVFORGE_DATA=$PWD/.data PYTHONUNBUFFERED=1 CONVFORGE_CACHE=/tmp/cfcache
+export PYTHONPATH=$PWD CONVFORGE_DATA=${CONVFORGE_DATA:-$PWD/.data} PYTHONUNBUFFERED=1 CONVFORGE_CACHE=/tmp/cfcache
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 stages=${*:-verify correct sanitize bench profile}
 has() { [[ " $stages " == *" $1 "* ]]; }
