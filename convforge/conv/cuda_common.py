@@ -357,6 +357,14 @@ def activation_code(activation: Optional[str]) -> int:
         raise ValueError(f"unknown activation {activation!r}; choose tanh, relu, sigmoid or None") from None
 
 
+def fusion_codes(activation: Optional[str], pool) -> tuple[int, int]:
+    """(activation code, pool) for a fused kernel's constants, both checked."""
+    code, pool = activation_code(activation), int(pool)
+    if pool < 1:
+        raise ValueError(f"pool must be >= 1, got {pool}")
+    return code, pool
+
+
 def unavailable_reason() -> Optional[str]:
     """Checks beyond the registry's (GPU visible, cupy importable): CuPy must reach NVRTC."""
     try:

@@ -237,8 +237,5 @@ def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, config=No
 def prepare_fused(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Optional[str], pool: int,
                   config=None, input_hw=None):
     weight, bias = cc.check_weight(weight, bias)
-    act = cc.activation_code(activation)
-    pool = int(pool)
-    if pool < 1:
-        raise ValueError(f"pool must be >= 1, got {pool}")
+    act, pool = cc.fusion_codes(activation, pool)
     return cc.per_input_size(weight, lambda h, w: DirectLayer(weight, bias, h, w, pool, act, config), input_hw)

@@ -37,8 +37,5 @@ def candidate_configs(M: int, C: int, H: int, W: int, K: int, pool: int = 2, **k
 def prepare_fused(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Optional[str], pool: int,
                   config=None, input_hw=None):
     weight, bias = cc.check_weight(weight, bias)
-    act = cc.activation_code(activation)
-    pool = int(pool)
-    if pool < 1:
-        raise ValueError(f"pool must be >= 1, got {pool}")
+    act, pool = cc.fusion_codes(activation, pool)
     return cc.per_input_size(weight, lambda h, w: gemm.RegTileLayer(weight, bias, h, w, pool, act, config), input_hw)
