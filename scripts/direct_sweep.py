@@ -1,6 +1,7 @@
 """Sweep cuda-direct's launch shapes on every preset layer (plain and fused) on a GPU, against cuda-auto.
 
     python scripts/direct_sweep.py --jobs 16 --out sweep.json [--layers "fa17 L1,sp19 L1"] [--write-auto]
+                                   [--variants "minb=2;cs=1" [--cross]]
 
 For each layer and pool it checks each candidate (map group, strip width, threads) against the float64
 reference at B = 2, times it at --batch (median of --repeat calls after warm-up, CUDA events), and times
@@ -35,13 +36,15 @@ def cases(layers, small_c_only: bool):
             yield label, shape, fz
 
 
-def candidates(shape, pool, limit_multichannel: bool, variants=None):
-    if variants is not None:   # the tuned (or modelled) shape, then that shape with each variant's fields changed
+def candidates(shape, pool, limit_multichannel: bool, variants=None, cross: bool = False):
+    if variants is not None and not cross:   # the tuned (or modelled) shape, then with each variant's fields changed
         base = cuda_direct.plan(*shape, pool=pool)
         return [base] + [replace(base, **v) for v in variants]
     found = cuda_direct.candidate_configs(*shape, pool=pool)
     if shape[1] > 1 and limit_multichannel:   # multi-channel layers: fewer shapes (long compiles, rarely wins)
         found = [c for c in found if c.nt == 256 and cc.cdiv(shape[0], c.mg) <= 4]
+    if cross:   # every candidate, then every candidate with each variant's fields changed
+        found = list(dict.fromkeys(found + [replace(c, **v) for v in variants or [] for c in found]))
     return found
 
 
@@ -54,6 +57,8 @@ def main(argv=None) -> int:
     p.add_argument("--c1-only", action="store_true", help="only the one-channel layers")
     p.add_argument("--variants", default=None, metavar="K=V[,K=V];...",
                    help="instead of the candidate list: the tuned shape and the tuned shape with these fields changed")
+    p.add_argument("--cross", action="store_true",
+                   help="with --variants: every candidate shape, plain and with each variant (not only the tuned one)")
     p.add_argument("--out", default="")
     p.add_argument("--write-auto", action="store_true")
     p.add_argument("--copy-gbps", type=float, default=4180.0)
@@ -72,7 +77,7 @@ def main(argv=None) -> int:
             pool = fz[1] if fz else 1
             act = cc.activation_code(fz[0]) if fz else 0
             M, C, H, W, K = shape
-            for cfg in candidates(shape, pool, True, variants):
+            for cfg in candidates(shape, pool, True, variants, args.cross):
                 specs.update(cuda_direct.kernel_specs(M, C, H, W, K, pool, act, cfg))
         with multiprocessing.get_context("spawn").Pool(args.jobs) as workers:
             errors = [e for e in workers.map(compile_spec, sorted(specs, key=str)) if e]
@@ -96,7 +101,7 @@ def main(argv=None) -> int:
         auto_ms = time_ms(auto, xb, repeat=args.repeat)
         print(f"{label} pool {pool}: cuda-auto ({auto_choice[0]}) {auto_ms:.3f} ms  {100 * fl / auto_ms:.1f} %", flush=True)
         del auto
-        for cfg in candidates(shape, pool, True, variants):
+        for cfg in candidates(shape, pool, True, variants, args.cross):
             try:
                 fn = (cuda_direct.prepare_fused(w, b, fz[0], pool, config=cfg) if fz
                       else cuda_direct.prepare(w, b, config=cfg))

@@ -317,9 +317,10 @@ def test_emulated_constmem_chunks_and_private_banks(emulation):
 @pytest.mark.slow
 def test_emulated_direct_tiles_pieces_and_alignment(emulation):
     """cuda-direct: strips that do and do not divide the row (vector and scalar paths), several map groups,
-    filter banks split into pieces, the channel loop rolled and unrolled, pointers only 4-byte aligned."""
+    filter banks split into pieces, the channel loop rolled and unrolled, pointers only 4-byte aligned, a
+    minimum-blocks launch bound and evict-first stores."""
     from convforge.conv import cuda_direct
-    cases = [((2, 10, 1, 16, 16, 5), None, {"mg": 4, "r": 4}), ((2, 10, 1, 16, 17, 5), None, {"mg": 5, "r": 4}),
+    cases = [((2, 10, 1, 16, 16, 5), None, {"mg": 4, "r": 4, "minb": 2}), ((2, 10, 1, 16, 17, 5), None, {"mg": 5, "r": 4}),
              ((1, 7, 1, 13, 14, 3), ("tanh", 2), {"mg": 3, "r": 4, "cs": 1}), ((2, 6, 1, 15, 16, 3), ("relu", 2), {"mg": 6, "r": 2}),
              ((1, 12, 3, 11, 13, 3), None, {"mg": 6, "r": 2}), ((1, 5, 2, 9, 9, 3), (None, 3), {"mg": 2, "r": 3})]
     for shape, fusion, config in cases:

@@ -15,6 +15,9 @@ imported lazily, so the kernel modules import (and report themselves unavailable
   is reported at the kernel that caused it.
 - Pointers are passed as ``numpy.uint64`` of ``tensor.data_ptr()`` and every scalar as ``numpy.int32``
   (a bare Python int would go to the kernel as 8 bytes): no copies, no CuPy arrays.
+- The launch itself is one ``cuLaunchKernel`` (CuPy's thin driver binding) with the arguments written into
+  a reused per-thread parameter block and the stream read as torch's raw handle: CuPy's ``RawKernel``
+  call (argument conversion, stream context) cost about half of a small layer's 36 us host time.
 """
 
 from __future__ import annotations
@@ -101,35 +104,6 @@ def module(spec: KernelSpec):
     return mod
 
 
-class _TorchStream:
-    """A torch stream handle as the CUDA stream protocol (``__cuda_stream__``) that CuPy 14 accepts."""
-
-    def __init__(self, handle: int):
-        self.handle = handle
-
-    def __cuda_stream__(self):
-        return (0, self.handle)
-
-
-_streams: dict = {}
-
-
-def _cupy_stream(device: torch.device):
-    """CuPy's view of PyTorch's current stream on ``device`` (cached per raw handle)."""
-    handle = torch.cuda.current_stream(device).cuda_stream
-    stream = _streams.get(handle)
-    if stream is None:
-        cp = cupy()
-        if handle == 0:
-            stream = cp.cuda.Stream.null          # torch's legacy default stream
-        elif hasattr(cp.cuda.Stream, "from_external"):
-            stream = cp.cuda.Stream.from_external(_TorchStream(handle))
-        else:  # CuPy < 14
-            stream = cp.cuda.ExternalStream(handle, device.index if device.index is not None else -1)
-        _streams[handle] = stream
-    return stream
-
-
 def stream_handle(device: torch.device) -> int:
     return torch.cuda.current_stream(device).cuda_stream
 
@@ -164,22 +138,54 @@ def device_info(device: torch.device) -> DeviceInfo:
 _NO_CONTEXT = contextlib.nullcontext()
 
 
+_params = threading.local()
+
+
+def _param_block(n: int):
+    """This thread's parameter block for ``n`` arguments: 8-byte slots, a 32-bit view of them, and the
+    address of the pointer array ``cuLaunchKernel`` reads. The driver copies the values at launch, so a
+    block is reused by every launch of this thread with that many arguments."""
+    blocks = getattr(_params, "blocks", None)
+    if blocks is None:
+        blocks = _params.blocks = {}
+    block = blocks.get(n)
+    if block is None:
+        slots = np.zeros(max(n, 1), np.uint64)
+        pointers = np.arange(max(n, 1), dtype=np.uint64) * np.uint64(8) + np.uint64(slots.ctypes.data)
+        block = blocks[n] = (slots, slots.view(np.int32), pointers, int(pointers.ctypes.data))
+    return block
+
+
+def _stream_getter():
+    """torch's current raw stream handle by device index; the private binding (used by Triton and
+    Inductor for the same reason) skips building a ``torch.cuda.Stream`` per call."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw
+    return lambda index: torch.cuda.current_stream(index).cuda_stream
+
+
 class Kernel:
     """One ``extern "C"`` kernel of a compiled spec, launched on PyTorch's current stream."""
 
     def __init__(self, spec: KernelSpec, name: str, device: torch.device):
         self.spec, self.name, self.device = spec, name, device
+        self.index = device.index if device.index is not None else torch.cuda.current_device()
         cp = cupy()
-        with cp.cuda.Device(device.index):
+        with cp.cuda.Device(self.index):
             self.raw = module(spec).get_function(name)
             self.raw.compile()
+        self._function = int(self.raw.kernel.ptr)
+        self._launch = cp.cuda.driver.launchKernel
+        self._get_device = cp.cuda.runtime.getDevice
+        self._stream = _stream_getter()
         self._smem_limit = 48 * 1024
 
     def allow_shared(self, nbytes: int) -> None:
         """Raise the kernel's dynamic shared-memory limit (needed above 48 KB)."""
         if nbytes > self._smem_limit:
             cp = cupy()
-            with cp.cuda.Device(self.device.index):
+            with cp.cuda.Device(self.index):
                 self.raw.max_dynamic_shared_size_bytes = int(nbytes)
             self._smem_limit = int(nbytes)
 
@@ -187,28 +193,37 @@ class Kernel:
         """Resident blocks per multiprocessor for this block size and dynamic shared memory (occupancy API)."""
         cp = cupy()
         self.allow_shared(smem)
-        with cp.cuda.Device(self.device.index):
-            return int(cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(self.raw.kernel.ptr, block, smem))
+        with cp.cuda.Device(self.index):
+            return int(cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(self._function, block, smem))
 
     @property
     def registers(self) -> int:
         return int(self.raw.num_regs)
 
     def __call__(self, grid: Sequence[int], block: Sequence[int], args: Iterable, shared_mem: int = 0) -> None:
-        grid, block = tuple(int(g) for g in grid), tuple(int(b) for b in block)
-        if min(grid) <= 0:
+        gx, gy, gz = (tuple(int(g) for g in grid) + (1, 1))[:3]
+        bx, by, bz = (tuple(int(b) for b in block) + (1, 1))[:3]
+        if min(gx, gy, gz) <= 0:
             return  # nothing to do (an empty batch)
-        if grid[0] > INT32_MAX or any(g > 65535 for g in grid[1:]):
-            raise ValueError(f"{self.name}: grid {grid} exceeds the CUDA limits")
-        cp = cupy()
+        if gx > INT32_MAX or gy > 65535 or gz > 65535:
+            raise ValueError(f"{self.name}: grid {(gx, gy, gz)} exceeds the CUDA limits")
+        shared_mem = int(shared_mem)
         self.allow_shared(shared_mem)
-        switch = cp.cuda.runtime.getDevice() != self.device.index
-        with (cp.cuda.Device(self.device.index) if switch else _NO_CONTEXT):
-            stream = _cupy_stream(self.device)
-            with stream:
-                self.raw(grid, block, tuple(args), shared_mem=int(shared_mem))
+        args = tuple(args)
+        slots, words, _, params = _param_block(len(args))
+        for i, a in enumerate(args):
+            if isinstance(a, np.uint64):
+                slots[i] = a
+            elif isinstance(a, np.int32):
+                words[2 * i] = a        # little-endian: the low word of the slot, the 4 bytes the kernel reads
+            else:
+                raise TypeError(f"{self.name}: argument {a!r} is not numpy.uint64 / numpy.int32")
+        switch = self._get_device() != self.index
+        with (cupy().cuda.Device(self.index) if switch else _NO_CONTEXT):
+            stream = self._stream(self.index)
+            self._launch(self._function, gx, gy, gz, bx, by, bz, shared_mem, stream, params, 0)
             if os.environ.get(SYNC_ENV, "") not in ("", "0"):
-                stream.synchronize()  # raises here, at the kernel that faulted
+                cupy().cuda.runtime.streamSynchronize(stream)  # raises here, at the kernel that faulted
 
 
 _kernels: dict = {}

@@ -69,6 +69,7 @@ class DirectConfig:
     r: int             # output columns per thread, a multiple of the pool
     nt: int = 256      # threads per block
     cs: int = 0        # 1: evict-first (streaming) output stores
+    minb: int = 0      # > 0: __launch_bounds__ minimum blocks per SM (trades registers for occupancy)
 
     @staticmethod
     def coerce(config: Union["DirectConfig", dict, None]) -> Optional["DirectConfig"]:
@@ -92,6 +93,8 @@ def check_config(M: int, C: int, H: int, W: int, K: int, pool: int, cfg: DirectC
         raise ValueError(f"nt={cfg.nt} must be a multiple of 32 in 32..1024")
     if cfg.cs not in (0, 1):
         raise ValueError(f"cs={cfg.cs} must be 0 or 1")
+    if not 0 <= cfg.minb <= 32:
+        raise ValueError(f"minb={cfg.minb} must be within 0..32")
 
 
 def _balanced(M: int, mg: int) -> int:
@@ -151,8 +154,9 @@ def spec(C: int, H: int, W: int, K: int, pool: int, activation: int, cfg: Direct
     mg = min(cfg.mg, maps)
     unroll = C * K * K * pool * cfg.r * mg <= UNROLLED_FFMA_LIMIT
     return cc.KernelSpec.of(SOURCE, CF_C=C, CF_H=H, CF_W=W, CF_K=K, CF_MP=maps, CF_MG=mg, CF_R=cfg.r,
-                            CF_NT=cfg.nt, CF_VEC=vec, CF_UNROLL_C=int(unroll), CF_STREAM_STORES=cfg.cs, CF_POOL=pool,
-                            CF_ACT=activation, CF_INSTANCE=instance)
+                            CF_NT=cfg.nt, CF_VEC=vec, CF_UNROLL_C=int(unroll), CF_STREAM_STORES=cfg.cs,
+                            **({"CF_MINB": cfg.minb} if cfg.minb else {}), CF_POOL=pool, CF_ACT=activation,
+                            CF_INSTANCE=instance)
 
 
 def plan(M: int, C: int, H: int, W: int, K: int, pool: int = 1, config=None) -> DirectConfig:
@@ -213,19 +217,21 @@ class DirectLayer:
         return batch, self.M, self.hp, self.wp
 
     def __call__(self, x: torch.Tensor, out: Optional[torch.Tensor]) -> torch.Tensor:
-        y, result = cc.output(out, self.out_shape(x.shape[0]), x)
-        items_per_image = self.hp * self.nx
+        batch = x.shape[0]
+        y, result = cc.output(out, self.out_shape(batch), x)
         if y.numel() == 0:
             return cc.finish(y, result)
-        per_launch = max(1, cc.INT32_MAX // items_per_image)
-        for b0 in range(0, x.shape[0], per_launch):
-            xs, ys = x[b0:b0 + per_launch], y[b0:b0 + per_launch]
+        items_per_image = self.hp * self.nx
+        per_launch = max(1, cc.INT32_MAX // items_per_image)   # the kernel's item index is an int
+        for b0 in range(0, batch, per_launch):
+            xs, ys = (x, y) if batch <= per_launch else (x[b0:b0 + per_launch], y[b0:b0 + per_launch])
+            nb = xs.shape[0]
             vec = _alignment(xs, ys)
             for piece, (m0, maps) in enumerate(self.pieces):
                 mg = min(self.cfg.mg, maps)
-                grid = (cc.cdiv(xs.shape[0] * items_per_image, self.cfg.nt), cc.cdiv(maps, mg), 1)
+                grid = (cc.cdiv(nb * items_per_image, self.cfg.nt), cc.cdiv(maps, mg), 1)
                 self.kernel(piece, vec)(grid, (self.cfg.nt, 1, 1),
-                                        (cc.ptr(ys), cc.ptr(xs), cc.i32(xs.shape[0]), cc.i32(self.M), cc.i32(m0)))
+                                        (cc.ptr(ys), cc.ptr(xs), cc.i32(nb), cc.i32(self.M), cc.i32(m0)))
         return cc.finish(y, result)
 
 

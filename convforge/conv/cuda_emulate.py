@@ -27,7 +27,9 @@ import numpy as np
 from convforge.conv import cuda_common as cc
 
 SHIM = cc.KERNEL_DIR / "host_emulation.h"
-_KERNEL_RE = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s*)?(\w+)\s*\(')
+# extern "C" __global__ void [__launch_bounds__(...) | A_BOUNDS_MACRO] name(
+_KERNEL_RE = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s*|[A-Z][A-Z0-9_]*\s+)?'
+                        r'(\w+)\s*\(')
 
 
 def compiler() -> Optional[str]:

@@ -25,7 +25,8 @@
 //
 // Constants: CF_C CF_H CF_W CF_K (layer), CF_MP (maps of this piece), CF_MG (maps per thread), CF_R
 // (output columns per thread, a multiple of CF_POOL), CF_NT (threads per block), CF_VEC (largest vector
-// width in floats the pointers allow: 4, 2 or 1), CF_UNROLL_C, CF_STREAM_STORES, CF_POOL, CF_ACT, CF_INSTANCE.
+// width in floats the pointers allow: 4, 2 or 1), CF_UNROLL_C, CF_STREAM_STORES, CF_MINB (minimum blocks per SM
+// for __launch_bounds__, 0 for none), CF_POOL, CF_ACT, CF_INSTANCE.
 
 #include "activation.cuh"
 
@@ -49,6 +50,14 @@
 #endif
 #ifndef CF_STREAM_STORES
 #define CF_STREAM_STORES 0
+#endif
+#ifndef CF_MINB
+#define CF_MINB 0
+#endif
+#if CF_MINB > 0   // ask ptxas for CF_MINB resident blocks per SM (caps the registers; may spill)
+#define CF_BOUNDS __launch_bounds__(CF_NT, CF_MINB)
+#else
+#define CF_BOUNDS __launch_bounds__(CF_NT)
 #endif
 
 __constant__ float cf_bank[CF_CONST_FLOATS];
@@ -196,7 +205,7 @@ struct Groups<-1> {
 
 // y: (B, M, HP, WP) (HP, WP = HO, WO when CF_POOL == 1); x: (B, C, H, W). B * HP * NX < 2^31 (the host
 // splits larger batches). Grid: x = ceil(B * HP * NX / CF_NT), y = map groups of this piece.
-extern "C" __global__ void __launch_bounds__(CF_NT)
+extern "C" __global__ void CF_BOUNDS
 conv_direct(float* __restrict__ y, const float* __restrict__ x, int B, int M, int m0)
 {
     const int item = blockIdx.x * CF_NT + threadIdx.x;
