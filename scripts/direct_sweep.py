@@ -45,6 +45,9 @@ def candidates(shape, pool, limit_multichannel: bool, variants=None, cross: bool
         found = [c for c in found if c.nt == 256 and cc.cdiv(shape[0], c.mg) <= 4]
     if cross:   # every candidate, then every candidate with each variant's fields changed
         found = list(dict.fromkeys(found + [replace(c, **v) for v in variants or [] for c in found]))
+        M, C, H, W, K = shape   # a forced unroll past twice the code-size limit only makes long compiles
+        found = [c for c in found if c.uc != 1 or C * K * K * pool * c.r * min(c.mg, M)
+                 <= 2 * cuda_direct.UNROLLED_FFMA_LIMIT]
     return found
 
 

@@ -70,6 +70,7 @@ class DirectConfig:
     nt: int = 256      # threads per block
     cs: int = 0        # 1: evict-first (streaming) output stores
     minb: int = 0      # > 0: __launch_bounds__ minimum blocks per SM (trades registers for occupancy)
+    uc: int = -1       # channel loop: 1 unrolled, 0 rolled, -1 unrolled while the code stays under UNROLLED_FFMA_LIMIT
 
     @staticmethod
     def coerce(config: Union["DirectConfig", dict, None]) -> Optional["DirectConfig"]:
@@ -95,6 +96,8 @@ def check_config(M: int, C: int, H: int, W: int, K: int, pool: int, cfg: DirectC
         raise ValueError(f"cs={cfg.cs} must be 0 or 1")
     if not 0 <= cfg.minb <= 32:
         raise ValueError(f"minb={cfg.minb} must be within 0..32")
+    if cfg.uc not in (-1, 0, 1):
+        raise ValueError(f"uc={cfg.uc} must be -1 (by code size), 0 or 1")
 
 
 def _balanced(M: int, mg: int) -> int:
@@ -116,10 +119,13 @@ def default_config(M: int, C: int, H: int, W: int, K: int, pool: int = 1) -> Dir
 
 
 def candidate_configs(M: int, C: int, H: int, W: int, K: int, pool: int = 1) -> list[DirectConfig]:
-    """Launch shapes worth timing: strips of 1-8 stored columns x map groups of M/1 .. M/8 x 128 or 256
-    threads, within the accumulator budget."""
+    """Launch shapes worth timing: strips of 1-8 stored columns (3 and 6 only where they divide the stored
+    row) x map groups of M/1 .. M/8 x 128 or 256 threads, within the accumulator budget."""
     out = []
-    for rp in (1, 2, 4, 8):
+    wp = _stored(H, W, K, pool)[1]
+    for rp in (1, 2, 3, 4, 6, 8):
+        if rp in (3, 6) and wp % rp:
+            continue
         r = rp * pool
         for parts in (1, 2, 3, 4, 6, 8):
             mg = _balanced(M, cc.cdiv(M, parts))
@@ -152,7 +158,7 @@ def spec(C: int, H: int, W: int, K: int, pool: int, activation: int, cfg: Direct
          instance: int = 0, vec: int = 4) -> cc.KernelSpec:
     """The kernel of one piece of ``maps`` maps; ``vec`` is the widest access the pointers allow."""
     mg = min(cfg.mg, maps)
-    unroll = C * K * K * pool * cfg.r * mg <= UNROLLED_FFMA_LIMIT
+    unroll = C * K * K * pool * cfg.r * mg <= UNROLLED_FFMA_LIMIT if cfg.uc < 0 else bool(cfg.uc)
     return cc.KernelSpec.of(SOURCE, CF_C=C, CF_H=H, CF_W=W, CF_K=K, CF_MP=maps, CF_MG=mg, CF_R=cfg.r,
                             CF_NT=cfg.nt, CF_VEC=vec, CF_UNROLL_C=int(unroll), CF_STREAM_STORES=cfg.cs,
                             **({"CF_MINB": cfg.minb} if cfg.minb else {}), CF_POOL=pool, CF_ACT=activation,
