@@ -36,13 +36,15 @@ def cases(layers, small_c_only: bool):
             yield label, shape, fz
 
 
-def candidates(shape, pool, limit_multichannel: bool, variants=None, cross: bool = False):
+def candidates(shape, pool, limit_multichannel: bool, variants=None, cross: bool = False, strips=None):
     if variants is not None and not cross:   # the tuned (or modelled) shape, then with each variant's fields changed
         base = cuda_direct.plan(*shape, pool=pool)
         return [base] + [replace(base, **v) for v in variants]
     found = cuda_direct.candidate_configs(*shape, pool=pool)
     if shape[1] > 1 and limit_multichannel:   # multi-channel layers: fewer shapes (long compiles, rarely wins)
         found = [c for c in found if c.nt == 256 and cc.cdiv(shape[0], c.mg) <= 4]
+    if strips:   # only these stored-column strip widths
+        found = [c for c in found if c.r // pool in strips]
     if cross:   # every candidate, then every candidate with each variant's fields changed
         found = list(dict.fromkeys(found + [replace(c, **v) for v in variants or [] for c in found]))
         M, C, H, W, K = shape   # a forced unroll past twice the code-size limit only makes long compiles
@@ -62,6 +64,7 @@ def main(argv=None) -> int:
                    help="instead of the candidate list: the tuned shape and the tuned shape with these fields changed")
     p.add_argument("--cross", action="store_true",
                    help="with --variants: every candidate shape, plain and with each variant (not only the tuned one)")
+    p.add_argument("--strips", default="", metavar="N[,N]", help="only candidates of these stored-column strip widths")
     p.add_argument("--out", default="")
     p.add_argument("--write-auto", action="store_true")
     p.add_argument("--copy-gbps", type=float, default=4180.0)
@@ -72,6 +75,7 @@ def main(argv=None) -> int:
     layers = [l for l in preset_layers() if not wanted or l[0] in wanted]
     todo = list(cases(layers, args.c1_only))
     variants = parse_variants(args.variants) if args.variants is not None else None
+    strips = {int(n) for n in args.strips.split(",") if n.strip()}
 
     if args.jobs > 1:   # fill CuPy's disk cache in parallel: every candidate's kernel as instance 0
         import multiprocessing
@@ -80,7 +84,7 @@ def main(argv=None) -> int:
             pool = fz[1] if fz else 1
             act = cc.activation_code(fz[0]) if fz else 0
             M, C, H, W, K = shape
-            for cfg in candidates(shape, pool, True, variants, args.cross):
+            for cfg in candidates(shape, pool, True, variants, args.cross, strips):
                 specs.update(cuda_direct.kernel_specs(M, C, H, W, K, pool, act, cfg))
         with multiprocessing.get_context("spawn").Pool(args.jobs) as workers:
             errors = [e for e in workers.map(compile_spec, sorted(specs, key=str)) if e]
@@ -104,7 +108,7 @@ def main(argv=None) -> int:
         auto_ms = time_ms(auto, xb, repeat=args.repeat)
         print(f"{label} pool {pool}: cuda-auto ({auto_choice[0]}) {auto_ms:.3f} ms  {100 * fl / auto_ms:.1f} %", flush=True)
         del auto
-        for cfg in candidates(shape, pool, True, variants, args.cross):
+        for cfg in candidates(shape, pool, True, variants, args.cross, strips):
             try:
                 fn = (cuda_direct.prepare_fused(w, b, fz[0], pool, config=cfg) if fz
                       else cuda_direct.prepare(w, b, config=cfg))

@@ -40,7 +40,9 @@ unavailable_reason = cc.unavailable_reason
 # (M, C, H, W, K, pool) -> launch shape, the fastest of scripts/direct_sweep.py's candidates at B = 10000 on an
 # NVIDIA H100 80GB HBM3 (2026-11-21; raw rows in benchmarks/h100-2026-11-21-session3/direct_sweep.json).
 # Comments: that run's median and cuda-auto's then choice (% of floor against the H200 ceilings, 4.18 TB/s and
-# 50.9 TFLOP/s, so understated for the H100's lower bandwidth).
+# 50.9 TFLOP/s, so understated for the H100's lower bandwidth). Entries marked "H200" were re-swept on an NVIDIA
+# H200 (same day; benchmarks/h200-2026-11-21-session4/, with strips of 3 and 6 columns) and changed where the
+# new shape beat the H100 one in the same run.
 TUNED: dict[tuple[int, int, int, int, int, int], dict] = {
     (4, 1, 86, 86, 7, 1): {'mg': 4, 'r': 8, 'nt': 128},  # fa20 L1: 0.571 ms, 86 % of floor; cuda-auto (cuda-fused-layer) 0.729
     (4, 1, 86, 86, 7, 2): {'mg': 4, 'r': 4, 'nt': 128},  # fa20 L1: 0.530 ms, 93 % of floor; cuda-auto (cuda-fused-layer) 0.739
@@ -51,14 +53,14 @@ TUNED: dict[tuple[int, int, int, int, int, int], dict] = {
     (12, 1, 70, 70, 5, 1): {'mg': 12, 'r': 2, 'nt': 256},  # fa19 L1: 0.911 ms, 60 % of floor; cuda-auto (cuda-fused-layer) 1.251
     (12, 1, 70, 70, 5, 2): {'mg': 6, 'r': 2, 'nt': 256},  # fa19 L1: 0.736 ms, 70 % of floor; cuda-auto (cuda-fused-layer) 0.991
     (12, 1, 72, 72, 7, 1): {'mg': 12, 'r': 2, 'nt': 128},  # fa18 L1: 1.203 ms, 84 % of floor; cuda-auto (cuda-fused-gemm) 1.516
-    (12, 1, 72, 72, 7, 2): {'mg': 6, 'r': 2, 'nt': 128},  # fa18 L1: 1.170 ms, 86 % of floor; cuda-auto (cuda-fused-layer) 1.420
+    (12, 1, 72, 72, 7, 2): {'mg': 3, 'r': 6, 'nt': 128},  # fa18 L1: H200 1.078 ms, 93 %; H100-tuned mg=6 r=2 1.111 ms
     (16, 4, 40, 40, 7, 1): {'mg': 16, 'r': 2, 'nt': 256},  # fa20 L2: 2.006 ms, 71 % of floor; cuda-auto (cuda-fused-gemm) 1.911
     (16, 4, 40, 40, 7, 4): {'mg': 4, 'r': 4, 'nt': 256},  # fa20 L2: 1.718 ms, 83 % of floor; cuda-auto (cuda-fused-layer) 1.471
-    (16, 6, 22, 22, 5, 1): {'mg': 16, 'r': 4, 'nt': 256},  # sp19 L2: 0.509 ms, 60 % of floor; cuda-auto (cuda-fused-gemm) 0.517
+    (16, 6, 22, 22, 5, 1): {'mg': 8, 'r': 6, 'nt': 256},  # sp19 L2: H200 0.392 ms, 78 %; H100-tuned mg=16 r=4 0.464 ms
     (16, 6, 30, 30, 5, 1): {'mg': 16, 'r': 4, 'nt': 256},  # sp18 L2: 0.919 ms, 69 % of floor; cuda-auto (cuda-fused-layer) 0.895
     (24, 12, 33, 33, 5, 1): {'mg': 8, 'r': 8, 'nt': 256},  # fa19 L2: 3.537 ms, 67 % of floor; cuda-auto (cuda-fused-gemm) 3.247
     (24, 12, 33, 33, 7, 1): {'mg': 24, 'r': 4, 'nt': 256},  # fa18 L2: 7.195 ms, 56 % of floor; cuda-auto (cuda-fused-gemm) 4.732
-    (50, 1, 28, 28, 5, 1): {'mg': 17, 'r': 4, 'nt': 128},  # fa17 L1: 0.541 ms, 52 % of floor; cuda-auto (cuda-fused-layer) 0.551
+    (50, 1, 28, 28, 5, 1): {'mg': 13, 'r': 4, 'nt': 128},  # fa17 L1: H200 0.399 ms, 71 %; H100-tuned mg=17 r=4 0.430 ms
     (50, 1, 28, 28, 5, 2): {'mg': 7, 'r': 2, 'nt': 128},  # fa17 L1: 0.459 ms, 62 % of floor; cuda-auto (cuda-fused-layer) 0.530
 }
 
