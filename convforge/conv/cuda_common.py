@@ -201,29 +201,40 @@ class Kernel:
         return int(self.raw.num_regs)
 
     def __call__(self, grid: Sequence[int], block: Sequence[int], args: Iterable, shared_mem: int = 0) -> None:
-        gx, gy, gz = (tuple(int(g) for g in grid) + (1, 1))[:3]
-        bx, by, bz = (tuple(int(b) for b in block) + (1, 1))[:3]
-        if min(gx, gy, gz) <= 0:
+        gx, gy, gz = _dim3(grid)
+        if gx <= 0 or gy <= 0 or gz <= 0:
             return  # nothing to do (an empty batch)
         if gx > INT32_MAX or gy > 65535 or gz > 65535:
             raise ValueError(f"{self.name}: grid {(gx, gy, gz)} exceeds the CUDA limits")
+        bx, by, bz = _dim3(block)
         shared_mem = int(shared_mem)
-        self.allow_shared(shared_mem)
+        if shared_mem > self._smem_limit:
+            self.allow_shared(shared_mem)
         args = tuple(args)
         slots, words, _, params = _param_block(len(args))
         for i, a in enumerate(args):
-            if isinstance(a, np.uint64):
+            if type(a) is np.uint64:
                 slots[i] = a
-            elif isinstance(a, np.int32):
+            elif type(a) is np.int32:
                 words[2 * i] = a        # little-endian: the low word of the slot, the 4 bytes the kernel reads
             else:
                 raise TypeError(f"{self.name}: argument {a!r} is not numpy.uint64 / numpy.int32")
-        switch = self._get_device() != self.index
-        with (cupy().cuda.Device(self.index) if switch else _NO_CONTEXT):
-            stream = self._stream(self.index)
-            self._launch(self._function, gx, gy, gz, bx, by, bz, shared_mem, stream, params, 0)
-            if os.environ.get(SYNC_ENV, "") not in ("", "0"):
-                cupy().cuda.runtime.streamSynchronize(stream)  # raises here, at the kernel that faulted
+        if self._get_device() == self.index:
+            self._launch_here(gx, gy, gz, bx, by, bz, shared_mem, params)
+        else:
+            with cupy().cuda.Device(self.index):
+                self._launch_here(gx, gy, gz, bx, by, bz, shared_mem, params)
+
+    def _launch_here(self, gx, gy, gz, bx, by, bz, shared_mem, params) -> None:
+        stream = self._stream(self.index)
+        self._launch(self._function, gx, gy, gz, bx, by, bz, shared_mem, stream, params, 0)
+        if os.environ.get(SYNC_ENV, "") not in ("", "0"):
+            cupy().cuda.runtime.streamSynchronize(stream)  # raises here, at the kernel that faulted
+
+
+def _dim3(v: Sequence[int]) -> tuple[int, int, int]:
+    n = len(v)
+    return int(v[0]), int(v[1]) if n > 1 else 1, int(v[2]) if n > 2 else 1
 
 
 _kernels: dict = {}

@@ -148,12 +148,10 @@ def pieces(M: int, C: int, K: int) -> list[tuple[int, int]]:
     return [(m0, min(per, M - m0)) for m0 in range(0, M, per)]
 
 
-def _alignment(*tensors: torch.Tensor) -> int:
-    """Largest vector width in floats (4, 2, 1) that every pointer is aligned to."""
-    for vec in (4, 2):
-        if all(t.data_ptr() % (4 * vec) == 0 for t in tensors):
-            return vec
-    return 1
+def _alignment(a: torch.Tensor, b: torch.Tensor) -> int:
+    """Largest vector width in floats (4, 2, 1) that both pointers are aligned to."""
+    both = a.data_ptr() | b.data_ptr()
+    return 4 if both % 16 == 0 else 2 if both % 8 == 0 else 1
 
 
 def spec(C: int, H: int, W: int, K: int, pool: int, activation: int, cfg: DirectConfig, maps: int,
@@ -200,6 +198,8 @@ class DirectLayer:
         for m0, maps in self.pieces:
             tail = bias[m0:m0 + maps] if bias is not None else torch.zeros(maps, device=self.device)
             self.banks.append(torch.cat([weight[m0:m0 + maps].permute(1, 2, 3, 0).reshape(-1), tail]).contiguous())
+        # per piece: map groups (grid y) and the constant kernel arguments M, m0
+        self.launch_args = [(cc.cdiv(maps, min(self.cfg.mg, maps)), cc.i32(M), cc.i32(m0)) for m0, maps in self.pieces]
         acquired = [cc.acquire_instance() for _ in self.pieces]
         self.instances = [i for i, _ in acquired]
         self.reused = any(reused for _, reused in acquired)
@@ -231,15 +231,15 @@ class DirectLayer:
             return cc.finish(y, result)
         items_per_image = self.hp * self.nx
         per_launch = max(1, cc.INT32_MAX // items_per_image)   # the kernel's item index is an int
+        nt = self.cfg.nt
         for b0 in range(0, batch, per_launch):
             xs, ys = (x, y) if batch <= per_launch else (x[b0:b0 + per_launch], y[b0:b0 + per_launch])
             nb = xs.shape[0]
             vec = _alignment(xs, ys)
-            for piece, (m0, maps) in enumerate(self.pieces):
-                mg = min(self.cfg.mg, maps)
-                grid = (cc.cdiv(nb * items_per_image, self.cfg.nt), cc.cdiv(maps, mg), 1)
-                self.kernel(piece, vec)(grid, (self.cfg.nt, 1, 1),
-                                        (cc.ptr(ys), cc.ptr(xs), cc.i32(nb), cc.i32(self.M), cc.i32(m0)))
+            blocks = cc.cdiv(nb * items_per_image, nt)
+            for piece, (groups, m_arg, m0_arg) in enumerate(self.launch_args):
+                self.kernel(piece, vec)((blocks, groups, 1), (nt, 1, 1),
+                                        (cc.ptr(ys), cc.ptr(xs), cc.i32(nb), m_arg, m0_arg))
         return cc.finish(y, result)
 
 
