@@ -6,7 +6,8 @@
 Prints (1) each layer's best exact kernel, best Triton kernel and best reduced-precision kernel against
 cuDNN and the roofline floor, and (2) the course's optimisation path, kernel by kernel, on every layer.
 With --impls: one row per layer (conv and fused), each named implementation's ms (% of floor, x cuDNN).
-Several files are read as one run's rows (each row keeps the ceilings and cuDNN time of its own run).
+Several files are read as one run's rows (each row keeps the ceilings and cuDNN time of its own run);
+``FILE:impl,impl`` takes only those implementations' rows from a file (e.g. the tensor-core rows of another run).
 """
 
 import argparse
@@ -33,7 +34,11 @@ def per_impl_table(by_case, impls) -> None:
 
 
 def main(paths, impls=None) -> None:
-    rows = [row for path in paths for row in json.load(open(path))]
+    rows = []
+    for spec in paths:   # FILE, or FILE:impl,impl to take only those implementations' rows from it
+        path, _, only = spec.partition(":")
+        keep = set(only.split(",")) if only else None
+        rows += [row for row in json.load(open(path)) if keep is None or row["impl"] in keep]
     by_case = defaultdict(list)
     for row in rows:
         by_case[(row["kind"], row["layer"])].append(row)
