@@ -168,3 +168,36 @@ def test_kernel_modules_import_and_report_unavailable_without_cupy():
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stdout + done.stderr
+
+
+def test_launch_arguments_are_packed_as_the_kernel_reads_them():
+    """cuLaunchKernel's kernelParams: one pointer per argument, to 8 bytes for a pointer and to the 4-byte
+    int for an int32 (a slot reused from a wider value must still read back as the int). Blocks are per
+    thread, so two threads packing at once do not share one."""
+    import ctypes
+    import threading
+
+    import numpy as np
+
+    def unpack(params, kinds):
+        pointers = (ctypes.c_void_p * len(kinds)).from_address(params)
+        return [(ctypes.c_uint64 if kind == "p" else ctypes.c_int32).from_address(pointers[i]).value
+                for i, kind in enumerate(kinds)]
+
+    wide = np.uint64(2**63 + 12345)
+    cc.pack_arguments((wide, wide, wide))   # leave high bits in every slot of the 3-argument block
+    params = cc.pack_arguments((np.uint64(2**40 + 5), np.int32(-7), np.int32(2**31 - 1)))
+    assert unpack(params, "pii") == [2**40 + 5, -7, 2**31 - 1]
+    with pytest.raises(TypeError, match="numpy.uint64"):
+        cc.pack_arguments((np.uint64(1), 3), "conv_direct")
+
+    seen = {}
+
+    def pack_in_thread():
+        seen["other"] = cc.pack_arguments((np.uint64(99), np.int32(1), np.int32(2)))
+
+    worker = threading.Thread(target=pack_in_thread)
+    worker.start()
+    worker.join()
+    assert seen["other"] != params
+    assert unpack(params, "pii") == [2**40 + 5, -7, 2**31 - 1]

@@ -156,6 +156,20 @@ def _param_block(n: int):
     return block
 
 
+def pack_arguments(args: tuple, name: str = "kernel") -> int:
+    """Write ``args`` (numpy.uint64 pointers, numpy.int32 scalars) into this thread's parameter block and
+    return the address of its pointer array, the ``kernelParams`` of ``cuLaunchKernel``."""
+    slots, words, _, params = _param_block(len(args))
+    for i, a in enumerate(args):
+        if type(a) is np.uint64:
+            slots[i] = a
+        elif type(a) is np.int32:
+            words[2 * i] = a        # little-endian: the low word of the slot, the 4 bytes the kernel reads
+        else:
+            raise TypeError(f"{name}: argument {a!r} is not numpy.uint64 / numpy.int32")
+    return params
+
+
 def _stream_getter():
     """torch's current raw stream handle by device index; the private binding (used by Triton and
     Inductor for the same reason) skips building a ``torch.cuda.Stream`` per call."""
@@ -210,15 +224,7 @@ class Kernel:
         shared_mem = int(shared_mem)
         if shared_mem > self._smem_limit:
             self.allow_shared(shared_mem)
-        args = tuple(args)
-        slots, words, _, params = _param_block(len(args))
-        for i, a in enumerate(args):
-            if type(a) is np.uint64:
-                slots[i] = a
-            elif type(a) is np.int32:
-                words[2 * i] = a        # little-endian: the low word of the slot, the 4 bytes the kernel reads
-            else:
-                raise TypeError(f"{self.name}: argument {a!r} is not numpy.uint64 / numpy.int32")
+        params = pack_arguments(tuple(args), self.name)
         if self._get_device() == self.index:
             self._launch_here(gx, gy, gz, bx, by, bz, shared_mem, params)
         else:
