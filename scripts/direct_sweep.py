@@ -1,7 +1,7 @@
 """Sweep cuda-direct's launch shapes on every preset layer (plain and fused) on a GPU, against cuda-auto.
 
     python scripts/direct_sweep.py --jobs 16 --out sweep.json [--layers "fa17 L1,sp19 L1"] [--write-auto]
-                                   [--variants "minb=2;cs=1" [--cross]]
+                                   [--variants "minb=2;rows=2" [--cross]] [--strips 3,6]
 
 For each layer and pool it checks each candidate (map group, strip width, threads) against the float64
 reference at B = 2, times it at --batch (median of --repeat calls after warm-up, CUDA events), and times
@@ -48,9 +48,18 @@ def candidates(shape, pool, limit_multichannel: bool, variants=None, cross: bool
     if cross:   # every candidate, then every candidate with each variant's fields changed
         found = list(dict.fromkeys(found + [replace(c, **v) for v in variants or [] for c in found]))
         M, C, H, W, K = shape   # a forced unroll past twice the code-size limit only makes long compiles
-        found = [c for c in found if c.uc != 1 or C * K * K * pool * c.r * min(c.mg, M)
+        found = [c for c in found if c.uc != 1 or C * K * K * pool * c.rows * c.r * min(c.mg, M)
                  <= 2 * cuda_direct.UNROLLED_FFMA_LIMIT]
-    return found
+    return [c for c in found if _valid(shape, pool, c)]
+
+
+def _valid(shape, pool, cfg) -> bool:
+    """A variant may not fit a layer (rows that do not divide its height, too many accumulators)."""
+    try:
+        cuda_direct.check_config(*shape, pool, cfg)
+        return True
+    except ValueError:
+        return False
 
 
 def main(argv=None) -> int:

@@ -318,17 +318,23 @@ def test_emulated_constmem_chunks_and_private_banks(emulation):
 def test_emulated_direct_tiles_pieces_and_alignment(emulation):
     """cuda-direct: strips that do and do not divide the row (vector and scalar paths), several map groups,
     filter banks split into pieces, the channel loop rolled and unrolled, pointers only 4-byte aligned, a
-    minimum-blocks launch bound and evict-first stores."""
+    minimum-blocks launch bound, evict-first stores and several stored rows per thread."""
     from convforge.conv import cuda_direct
     cases = [((2, 10, 1, 16, 16, 5), None, {"mg": 4, "r": 4, "minb": 2}), ((2, 10, 1, 16, 17, 5), None, {"mg": 5, "r": 4}),
              ((1, 7, 1, 13, 14, 3), ("tanh", 2), {"mg": 3, "r": 4, "cs": 1}), ((2, 6, 1, 15, 16, 3), ("relu", 2), {"mg": 6, "r": 2}),
-             ((1, 12, 3, 11, 13, 3), None, {"mg": 6, "r": 2}), ((1, 5, 2, 9, 9, 3), (None, 3), {"mg": 2, "r": 3})]
+             ((1, 12, 3, 11, 13, 3), None, {"mg": 6, "r": 2}), ((1, 5, 2, 9, 9, 3), (None, 3), {"mg": 2, "r": 3}),
+             # several stored rows per thread: plain (12 rows in tiles of 3), pooled (6 in tiles of 2), rolled C
+             ((2, 6, 1, 14, 13, 3), None, {"mg": 3, "r": 4, "rows": 3}),
+             ((1, 4, 1, 15, 16, 3), ("relu", 2), {"mg": 4, "r": 2, "rows": 2}),
+             ((1, 6, 3, 10, 10, 3), None, {"mg": 6, "r": 4, "rows": 2, "uc": 0})]
     for shape, fusion, config in cases:
         x, w, b = _data(shape, seed=sum(shape), bias=True, unit=True)
         ref = _reference(x, w, b, *(fusion or (None, None)))
         fn = (cuda_direct.prepare_fused(w, b, *fusion, config=config) if fusion
               else cuda_direct.prepare(w, b, config=config))
         _check(fn, x, ref, 1e-5, f"direct {shape} {fusion} {config}")
+    with pytest.raises(ValueError, match="must divide"):
+        cuda_direct.prepare(w, b, config={"mg": 4, "r": 2, "rows": 5})(x)   # 8 stored rows in tiles of 5
     # a bank over 64 KB (pieces of maps) and a rolled channel loop
     shape = (1, 40, 9, 9, 9, 7)
     assert len(cuda_direct.pieces(40, 9, 7)) > 1

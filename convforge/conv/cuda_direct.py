@@ -18,7 +18,8 @@ cuda-fused-gemm (``CF_UNROLL_C=0`` keeps them correct, with the weights then loa
 
 Launch shapes: ``TUNED`` holds the measured fastest (mg, r, nt) per preset layer and pool (from
 ``scripts/direct_sweep.py``); other shapes use ``default_config``. ``candidate_configs`` lists what the
-sweep times.
+sweep times. Further knobs, each off by default and timed only as sweep variants: ``rows`` (several stored
+rows per thread, so each constant-bank weight and each input row feed more FFMAs), ``minb``, ``uc``, ``cs``.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from convforge.conv import cuda_common as cc
 
 SOURCE = "direct.cu"
 CONST_FLOATS = 16384          # the 64 KB constant bank
-MAX_ACCUMULATORS = 128        # pool * r * mg; past this the 255-register budget spills
+MAX_ACCUMULATORS = 128        # rows * pool * r * mg; past this the 255-register budget spills
 UNROLLED_FFMA_LIMIT = 6000    # per thread; past this the channel loop is not unrolled (code size)
 unavailable_reason = cc.unavailable_reason
 
@@ -73,6 +74,7 @@ class DirectConfig:
     cs: int = 0        # 1: evict-first (streaming) output stores
     minb: int = 0      # > 0: __launch_bounds__ minimum blocks per SM (trades registers for occupancy)
     uc: int = -1       # channel loop: 1 unrolled, 0 rolled, -1 unrolled while the code stays under UNROLLED_FFMA_LIMIT
+    rows: int = 1      # stored rows per thread (each weight and input row then serves rows x more FFMAs)
 
     @staticmethod
     def coerce(config: Union["DirectConfig", dict, None]) -> Optional["DirectConfig"]:
@@ -90,8 +92,11 @@ def check_config(M: int, C: int, H: int, W: int, K: int, pool: int, cfg: DirectC
         raise ValueError(f"r={cfg.r} must be a positive multiple of the pool ({pool})")
     if not 1 <= cfg.mg <= M:
         raise ValueError(f"mg={cfg.mg} must be within 1..{M}")
-    if pool * cfg.r * cfg.mg > MAX_ACCUMULATORS:
-        raise ValueError(f"pool*r*mg = {pool * cfg.r * cfg.mg} accumulators exceed {MAX_ACCUMULATORS}")
+    hp = _stored(H, W, K, pool)[0]
+    if cfg.rows < 1 or hp % cfg.rows:
+        raise ValueError(f"rows={cfg.rows} must divide the {hp} stored rows")
+    if _accumulators(pool, cfg) > MAX_ACCUMULATORS:
+        raise ValueError(f"rows*pool*r*mg = {_accumulators(pool, cfg)} accumulators exceed {MAX_ACCUMULATORS}")
     if cfg.nt % 32 or not 32 <= cfg.nt <= 1024:
         raise ValueError(f"nt={cfg.nt} must be a multiple of 32 in 32..1024")
     if cfg.cs not in (0, 1):
@@ -100,6 +105,11 @@ def check_config(M: int, C: int, H: int, W: int, K: int, pool: int, cfg: DirectC
         raise ValueError(f"minb={cfg.minb} must be within 0..32")
     if cfg.uc not in (-1, 0, 1):
         raise ValueError(f"uc={cfg.uc} must be -1 (by code size), 0 or 1")
+
+
+def _accumulators(pool: int, cfg: DirectConfig) -> int:
+    """Registers of one thread's output tile: (rows * pool) conv rows x r columns x mg maps."""
+    return cfg.rows * pool * cfg.r * cfg.mg
 
 
 def _balanced(M: int, mg: int) -> int:
@@ -158,10 +168,11 @@ def spec(C: int, H: int, W: int, K: int, pool: int, activation: int, cfg: Direct
          instance: int = 0, vec: int = 4) -> cc.KernelSpec:
     """The kernel of one piece of ``maps`` maps; ``vec`` is the widest access the pointers allow."""
     mg = min(cfg.mg, maps)
-    unroll = C * K * K * pool * cfg.r * mg <= UNROLLED_FFMA_LIMIT if cfg.uc < 0 else bool(cfg.uc)
+    unroll = C * K * K * _accumulators(pool, replace(cfg, mg=mg)) <= UNROLLED_FFMA_LIMIT if cfg.uc < 0 else bool(cfg.uc)
     return cc.KernelSpec.of(SOURCE, CF_C=C, CF_H=H, CF_W=W, CF_K=K, CF_MP=maps, CF_MG=mg, CF_R=cfg.r,
                             CF_NT=cfg.nt, CF_VEC=vec, CF_UNROLL_C=int(unroll), CF_STREAM_STORES=cfg.cs,
-                            **({"CF_MINB": cfg.minb} if cfg.minb else {}), CF_POOL=pool, CF_ACT=activation,
+                            **({"CF_MINB": cfg.minb} if cfg.minb else {}),
+                            **({"CF_RT": cfg.rows * pool} if cfg.rows > 1 else {}), CF_POOL=pool, CF_ACT=activation,
                             CF_INSTANCE=instance)
 
 
@@ -229,7 +240,7 @@ class DirectLayer:
         y, result = cc.output(out, self.out_shape(batch), x)
         if y.numel() == 0:
             return cc.finish(y, result)
-        items_per_image = self.hp * self.nx
+        items_per_image = (self.hp // self.cfg.rows) * self.nx   # row tiles x column strips
         per_launch = max(1, cc.INT32_MAX // items_per_image)   # the kernel's item index is an int
         nt = self.cfg.nt
         for b0 in range(0, batch, per_launch):

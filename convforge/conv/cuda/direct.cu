@@ -1,11 +1,12 @@
 // cuda-direct: direct convolution; each thread keeps a register tile of output columns x maps, and the
 // filter bank sits in the constant bank, so no thread ever loads a weight into a vector register.
 //
-// A thread owns CF_POOL output rows x CF_R consecutive output columns x GM maps (one map group; groups
-// are blockIdx.y, so the choice is uniform per block and each group is its own compile-time code path).
+// A thread owns CF_RT output rows (CF_POOL unless set) x CF_R consecutive output columns x GM maps (one
+// map group; groups are blockIdx.y, so the choice is uniform per block and each group is its own
+// compile-time code path).
 // For each channel and input row it loads the CF_R+K-1 input values it needs straight from global
 // memory (through L1: neighbouring threads share them; 16- or 8-byte loads where the row and the tile are
-// aligned), then does every tap that row feeds: CF_POOL x K x CF_R x GM FFMAs. Channel, tap and map are
+// aligned), then does every tap that row feeds: up to CF_RT x K x CF_R x GM FFMAs. Channel, tap and map are
 // compile-time indices once unrolled, so each weight is a fixed constant-bank address: in sm_90 SASS
 // ptxas loads them with ULDC.64 into uniform registers (the uniform datapath, one load per two weights
 // per warp) that the FFMAs read directly. The fa17 L1 kernel: 5000 FFMA, 657 ULDC, 30 LDG, 53 STG in
@@ -24,7 +25,8 @@
 // weights come through LDC loads): used where unrolling C would make the code too large.
 //
 // Constants: CF_C CF_H CF_W CF_K (layer), CF_MP (maps of this piece), CF_MG (maps per thread), CF_R
-// (output columns per thread, a multiple of CF_POOL), CF_NT (threads per block), CF_VEC (largest vector
+// (output columns per thread, a multiple of CF_POOL), CF_RT (output rows per thread, a multiple of CF_POOL whose
+// stored rows divide the stored height; more rows share each weight and input row), CF_NT (threads per block), CF_VEC (largest vector
 // width in floats the pointers allow: 4, 2 or 1), CF_UNROLL_C, CF_STREAM_STORES, CF_MINB (minimum blocks per SM
 // for __launch_bounds__, 0 for none), CF_POOL, CF_ACT, CF_INSTANCE.
 
@@ -54,6 +56,9 @@
 #ifndef CF_MINB
 #define CF_MINB 0
 #endif
+#ifndef CF_RT
+#define CF_RT CF_POOL   // conv rows per thread: one window row by default
+#endif
 #if CF_MINB > 0   // ask ptxas for CF_MINB resident blocks per SM (caps the registers; may spill)
 #define CF_BOUNDS __launch_bounds__(CF_NT, CF_MINB)
 #else
@@ -64,10 +69,12 @@ __constant__ float cf_bank[CF_CONST_FLOATS];
 
 namespace {
 
-constexpr int C = CF_C, H = CF_H, W = CF_W, K = CF_K, MP = CF_MP, MG = CF_MG, R = CF_R, P = CF_POOL;
+constexpr int C = CF_C, H = CF_H, W = CF_W, K = CF_K, MP = CF_MP, MG = CF_MG, R = CF_R, P = CF_POOL, RT = CF_RT;
 constexpr int HO = H - K + 1, WO = W - K + 1;
 constexpr int HP = HO / P, WP = WO / P;            // stored rows and columns (P == 1: the conv output)
 constexpr int RP = R / P;                           // stored values per map and thread
+constexpr int RTP = RT / P;                         // stored rows per thread
+constexpr int NY = HP / RTP;                        // row tiles per image
 constexpr int NX = (WP + RP - 1) / RP;              // column strips per stored row
 constexpr bool TAIL = WP % RP != 0;                 // the last strip is partial
 constexpr int SPAN = R + K - 1;                     // input columns one thread reads per row
@@ -80,6 +87,7 @@ constexpr int NG = (MP + MG - 1) / MG;              // map groups (blockIdx.y)
 constexpr int BIAS = C * K * K * MP;                // offset of the biases in cf_bank
 constexpr int UNROLL_C = CF_UNROLL_C ? C : 1;
 static_assert(R % P == 0, "CF_R must be a multiple of CF_POOL");
+static_assert(RT % P == 0 && HP % RTP == 0, "CF_RT must be a multiple of CF_POOL whose stored rows divide HP");
 static_assert(BIAS + MP <= CF_CONST_FLOATS, "weights and bias must fit the constant bank");
 
 __device__ __forceinline__ void load_row(float (&v)[NL * VL], const float* __restrict__ row, int x0)
@@ -116,13 +124,13 @@ __device__ __forceinline__ void store(T* p, T v)
 
 // One map group's tile: maps G*MG .. G*MG+GM-1 of this piece.
 template <int G>
-__device__ __forceinline__ void tile(float* __restrict__ y, const float* __restrict__ x, int b, int row,
+__device__ __forceinline__ void tile(float* __restrict__ y, const float* __restrict__ x, int b, int ty,
                                      int strip, int M, int m0)
 {
     constexpr int GM = (MP - G * MG < MG) ? MP - G * MG : MG;
-    float acc[P][R][GM];
+    float acc[RT][R][GM];
 #pragma unroll
-    for (int r = 0; r < P; ++r)
+    for (int r = 0; r < RT; ++r)
 #pragma unroll
         for (int j = 0; j < R; ++j)
 #pragma unroll
@@ -130,15 +138,15 @@ __device__ __forceinline__ void tile(float* __restrict__ y, const float* __restr
                 acc[r][j][m] = cf_bank[BIAS + G * MG + m];
 
     const int x0 = strip * R;
-    const float* __restrict__ xb = x + (long long)b * (C * H * W) + (row * P) * W;
+    const float* __restrict__ xb = x + (long long)b * (C * H * W) + (ty * RT) * W;
 #pragma unroll UNROLL_C
     for (int c = 0; c < C; ++c) {
 #pragma unroll
-        for (int i = 0; i < P + K - 1; ++i) {        // input row i feeds output row r through tap p = i - r
+        for (int i = 0; i < RT + K - 1; ++i) {       // input row i feeds output row r through tap p = i - r
             float v[NL * VL];
             load_row(v, xb + (c * H + i) * W, x0);
 #pragma unroll
-            for (int r = 0; r < P; ++r) {
+            for (int r = 0; r < RT; ++r) {
                 const int p = i - r;
                 if (p < 0 || p >= K) continue;
 #pragma unroll
@@ -153,21 +161,24 @@ __device__ __forceinline__ void tile(float* __restrict__ y, const float* __restr
         }
     }
 
-    // Epilogue: pool (P > 1) and activate, then RP values per map at column strip * RP of stored row `row`.
+    // Epilogue: pool (P > 1) and activate, then RP values per map at column strip * RP of each of the
+    // tile's stored rows ty * RTP + rp.
+#pragma unroll
+    for (int rp = 0; rp < RTP; ++rp)
 #pragma unroll
     for (int m = 0; m < GM; ++m) {
         float out[RP];
 #pragma unroll
         for (int jp = 0; jp < RP; ++jp) {
-            float best = acc[0][jp * P][m];
+            float best = acc[rp * P][jp * P][m];
 #pragma unroll
             for (int r = 0; r < P; ++r)
 #pragma unroll
                 for (int jj = 0; jj < P; ++jj)
-                    if (r + jj > 0) best = fmaxf(best, acc[r][jp * P + jj][m]);
+                    if (r + jj > 0) best = fmaxf(best, acc[rp * P + r][jp * P + jj][m]);
             out[jp] = activate(best);
         }
-        float* __restrict__ dst = y + (((long long)b * M + m0 + G * MG + m) * HP + row) * WP + strip * RP;
+        float* __restrict__ dst = y + (((long long)b * M + m0 + G * MG + m) * HP + ty * RTP + rp) * WP + strip * RP;
         if constexpr (VS == 4) {
 #pragma unroll
             for (int s = 0; s < RP / 4; ++s)
@@ -189,10 +200,10 @@ __device__ __forceinline__ void tile(float* __restrict__ y, const float* __restr
 template <int G>
 struct Groups {
     static __device__ __forceinline__ void run(int g, float* __restrict__ y, const float* __restrict__ x, int b,
-                                               int row, int strip, int M, int m0)
+                                               int ty, int strip, int M, int m0)
     {
-        if (g == G) tile<G>(y, x, b, row, strip, M, m0);
-        else Groups<G - 1>::run(g, y, x, b, row, strip, M, m0);
+        if (g == G) tile<G>(y, x, b, ty, strip, M, m0);
+        else Groups<G - 1>::run(g, y, x, b, ty, strip, M, m0);
     }
 };
 
@@ -203,14 +214,14 @@ struct Groups<-1> {
 
 }  // namespace
 
-// y: (B, M, HP, WP) (HP, WP = HO, WO when CF_POOL == 1); x: (B, C, H, W). B * HP * NX < 2^31 (the host
-// splits larger batches). Grid: x = ceil(B * HP * NX / CF_NT), y = map groups of this piece.
+// y: (B, M, HP, WP) (HP, WP = HO, WO when CF_POOL == 1); x: (B, C, H, W). B * NY * NX < 2^31 (the host
+// splits larger batches). Grid: x = ceil(B * NY * NX / CF_NT), y = map groups of this piece.
 extern "C" __global__ void CF_BOUNDS
 conv_direct(float* __restrict__ y, const float* __restrict__ x, int B, int M, int m0)
 {
     const int item = blockIdx.x * CF_NT + threadIdx.x;
-    if (item >= B * HP * NX) return;
+    if (item >= B * NY * NX) return;
     const int strip = item % NX;
     const int rest = item / NX;
-    Groups<NG - 1>::run(blockIdx.y, y, x, rest / HP, rest % HP, strip, M, m0);
+    Groups<NG - 1>::run(blockIdx.y, y, x, rest / NY, rest % NY, strip, M, m0);
 }
