@@ -22,7 +22,6 @@ imported lazily, so the kernel modules import (and report themselves unavailable
 
 from __future__ import annotations
 
-import contextlib
 import heapq
 import itertools
 import os
@@ -133,9 +132,6 @@ def device_info(device: torch.device) -> DeviceInfo:
                               dev.compute_capability)
         _device_info[index] = info
     return info
-
-
-_NO_CONTEXT = contextlib.nullcontext()
 
 
 _params = threading.local()
