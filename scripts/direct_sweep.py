@@ -39,10 +39,11 @@ def cases(layers, small_c_only: bool):
 def candidates(shape, pool, limit_multichannel: bool, variants=None, cross: bool = False, strips=None):
     if variants is not None and not cross:   # the tuned (or modelled) shape, then with each variant's fields changed
         base = cuda_direct.plan(*shape, pool=pool)
-        return [base] + [replace(base, **v) for v in variants]
-    found = cuda_direct.candidate_configs(*shape, pool=pool)
-    if shape[1] > 1 and limit_multichannel:   # multi-channel layers: fewer shapes (long compiles, rarely wins)
-        found = [c for c in found if c.nt == 256 and cc.cdiv(shape[0], c.mg) <= 4]
+        found = [base] + [replace(base, **v) for v in variants]
+    else:
+        found = cuda_direct.candidate_configs(*shape, pool=pool)
+        if shape[1] > 1 and limit_multichannel:   # multi-channel layers: fewer shapes (long compiles, rarely wins)
+            found = [c for c in found if c.nt == 256 and cc.cdiv(shape[0], c.mg) <= 4]
     if strips:   # only these stored-column strip widths
         found = [c for c in found if c.r // pool in strips]
     if cross:   # every candidate, then every candidate with each variant's fields changed
@@ -56,7 +57,7 @@ def candidates(shape, pool, limit_multichannel: bool, variants=None, cross: bool
 def _valid(shape, pool, cfg) -> bool:
     """A variant may not fit a layer (rows that do not divide its height, too many accumulators)."""
     try:
-        cuda_direct.check_config(*shape, pool, cfg)
+        cuda_direct.plan(*shape, pool=pool, config=cfg)   # caps mg to the largest piece, then checks
         return True
     except ValueError:
         return False

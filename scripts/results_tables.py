@@ -12,6 +12,7 @@ Several files are read as one run's rows (each row keeps the ceilings and cuDNN 
 
 import argparse
 import json
+from pathlib import Path
 from collections import defaultdict
 
 PATH = ("cuda-naive", "cuda-tiled", "cuda-constmem", "cuda-unroll-gemm", "cuda-fused-gemm", "cuda-fused-layer",
@@ -36,8 +37,10 @@ def per_impl_table(by_case, impls) -> None:
 def main(paths, impls=None) -> None:
     rows = []
     for spec in paths:   # FILE, or FILE:impl,impl to take only those implementations' rows from it
-        path, _, only = spec.partition(":")
-        keep = set(only.split(",")) if only else None
+        path, keep = spec, None
+        if not Path(spec).exists() and ":" in spec:
+            path, _, only = spec.rpartition(":")
+            keep = set(only.split(","))
         rows += [row for row in json.load(open(path)) if keep is None or row["impl"] in keep]
     by_case = defaultdict(list)
     for row in rows:

@@ -65,6 +65,13 @@ def _specs() -> list[tuple[str, cc.KernelSpec]]:
                 specs.setdefault(spec, f"cuda_fused_layer {activation}+pool{pool} {label}")
             for spec in cuda_direct.kernel_specs(*shape, pool=pool, activation=cc.activation_code(activation)):
                 specs.setdefault(spec, f"cuda_direct {activation}+pool{pool} {label}")
+    # cuda-direct's sweep-only knobs: several rows per thread (plain and fused), a minimum-blocks bound, a rolled loop
+    for shape, pool, config in (((50, 1, 28, 28, 5), 1, {"mg": 7, "r": 4, "nt": 128, "rows": 2, "minb": 4}),
+                                ((6, 1, 48, 48, 5), 2, {"mg": 6, "r": 4, "nt": 128, "rows": 2}),
+                                ((50, 1, 28, 28, 5), 1, {"mg": 13, "r": 4, "nt": 128, "uc": 0})):
+        for spec in cuda_direct.kernel_specs(*shape, pool=pool, activation=cc.activation_code("tanh") if pool > 1 else 0,
+                                             config=config):
+            specs.setdefault(spec, f"cuda_direct {config} pool{pool} M=%d C=%d H=%d W=%d K=%d" % shape)
     return [(label, spec) for spec, label in specs.items()]
 
 

@@ -166,6 +166,15 @@ def pack_arguments(args: tuple, name: str = "kernel") -> int:
     return params
 
 
+def _bound_devices() -> set:
+    """Devices whose primary context this thread has made current: cuLaunchKernel needs a current context,
+    and a thread that has only called cudaGetDevice may have none yet."""
+    bound = getattr(_params, "bound", None)
+    if bound is None:
+        bound = _params.bound = set()
+    return bound
+
+
 def _stream_getter():
     """torch's current raw stream handle by device index; the private binding (used by Triton and
     Inductor for the same reason) skips building a ``torch.cuda.Stream`` per call."""
@@ -182,10 +191,11 @@ class Kernel:
         self.spec, self.name, self.device = spec, name, device
         self.index = device.index if device.index is not None else torch.cuda.current_device()
         cp = cupy()
-        with cp.cuda.Device(self.index):
+        with cp.cuda.Device(self.index):   # CuPy picks a RawKernel's per-device function by the current device
             self.raw = module(spec).get_function(name)
             self.raw.compile()
-        self._function = int(self.raw.kernel.ptr)
+            self._function = int(self.raw.kernel.ptr)
+            self._registers = int(self.raw.num_regs)
         self._launch = cp.cuda.driver.launchKernel
         self._get_device = cp.cuda.runtime.getDevice
         self._stream = _stream_getter()
@@ -208,7 +218,7 @@ class Kernel:
 
     @property
     def registers(self) -> int:
-        return int(self.raw.num_regs)
+        return self._registers
 
     def __call__(self, grid: Sequence[int], block: Sequence[int], args: Iterable, shared_mem: int = 0) -> None:
         gx, gy, gz = _dim3(grid)
@@ -221,11 +231,13 @@ class Kernel:
         if shared_mem > self._smem_limit:
             self.allow_shared(shared_mem)
         params = pack_arguments(tuple(args), self.name)
-        if self._get_device() == self.index:
+        if self._get_device() == self.index and self.index in _bound_devices():
             self._launch_here(gx, gy, gz, bx, by, bz, shared_mem, params)
-        else:
+        else:   # cudaSetDevice (entering Device) makes the device's primary context current in this thread
             with cupy().cuda.Device(self.index):
                 self._launch_here(gx, gy, gz, bx, by, bz, shared_mem, params)
+            if self._get_device() == self.index:
+                _bound_devices().add(self.index)
 
     def _launch_here(self, gx, gy, gz, bx, by, bz, shared_mem, params) -> None:
         stream = self._stream(self.index)
