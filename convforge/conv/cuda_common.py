@@ -231,13 +231,15 @@ class Kernel:
         if shared_mem > self._smem_limit:
             self.allow_shared(shared_mem)
         params = pack_arguments(tuple(args), self.name)
-        if self._get_device() == self.index and self.index in _bound_devices():
-            self._launch_here(gx, gy, gz, bx, by, bz, shared_mem, params)
-        else:   # cudaSetDevice (entering Device) makes the device's primary context current in this thread
-            with cupy().cuda.Device(self.index):
+        if self._get_device() != self.index:
+            with cupy().cuda.Device(self.index):   # its cudaSetDevice also makes that context current
                 self._launch_here(gx, gy, gz, bx, by, bz, shared_mem, params)
-            if self._get_device() == self.index:
-                _bound_devices().add(self.index)
+            return
+        bound = _bound_devices()
+        if self.index not in bound:   # this thread's first launch here: cudaSetDevice binds the primary context
+            cupy().cuda.runtime.setDevice(self.index)
+            bound.add(self.index)
+        self._launch_here(gx, gy, gz, bx, by, bz, shared_mem, params)
 
     def _launch_here(self, gx, gy, gz, bx, by, bz, shared_mem, params) -> None:
         stream = self._stream(self.index)
