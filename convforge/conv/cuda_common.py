@@ -104,7 +104,7 @@ def module(spec: KernelSpec):
 
 
 def stream_handle(device: torch.device) -> int:
-    return torch.cuda.current_stream(device).cuda_stream
+    return _current_stream(device.index if device.index is not None else torch.cuda.current_device())
 
 
 @dataclass(frozen=True)
@@ -184,6 +184,9 @@ def _stream_getter():
     return lambda index: torch.cuda.current_stream(index).cuda_stream
 
 
+_current_stream = _stream_getter()
+
+
 class Kernel:
     """One ``extern "C"`` kernel of a compiled spec, launched on PyTorch's current stream."""
 
@@ -198,7 +201,6 @@ class Kernel:
             self._registers = int(self.raw.num_regs)
         self._launch = cp.cuda.driver.launchKernel
         self._get_device = cp.cuda.runtime.getDevice
-        self._stream = _stream_getter()
         self._smem_limit = 48 * 1024
 
     def allow_shared(self, nbytes: int) -> None:
@@ -221,12 +223,12 @@ class Kernel:
         return self._registers
 
     def __call__(self, grid: Sequence[int], block: Sequence[int], args: Iterable, shared_mem: int = 0) -> None:
-        gx, gy, gz = _dim3(grid)
+        gx, gy, gz = dim3(grid)
         if gx <= 0 or gy <= 0 or gz <= 0:
             return  # nothing to do (an empty batch)
         if gx > INT32_MAX or gy > 65535 or gz > 65535:
             raise ValueError(f"{self.name}: grid {(gx, gy, gz)} exceeds the CUDA limits")
-        bx, by, bz = _dim3(block)
+        bx, by, bz = dim3(block)
         shared_mem = int(shared_mem)
         if shared_mem > self._smem_limit:
             self.allow_shared(shared_mem)
@@ -242,13 +244,14 @@ class Kernel:
         self._launch_here(gx, gy, gz, bx, by, bz, shared_mem, params)
 
     def _launch_here(self, gx, gy, gz, bx, by, bz, shared_mem, params) -> None:
-        stream = self._stream(self.index)
+        stream = _current_stream(self.index)
         self._launch(self._function, gx, gy, gz, bx, by, bz, shared_mem, stream, params, 0)
         if os.environ.get(SYNC_ENV, "") not in ("", "0"):
             cupy().cuda.runtime.streamSynchronize(stream)  # raises here, at the kernel that faulted
 
 
-def _dim3(v: Sequence[int]) -> tuple[int, int, int]:
+def dim3(v: Sequence[int]) -> tuple[int, int, int]:
+    """A grid or block of 1-3 sizes as three ints (missing ones 1)."""
     n = len(v)
     return int(v[0]), int(v[1]) if n > 1 else 1, int(v[2]) if n > 2 else 1
 

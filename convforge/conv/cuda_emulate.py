@@ -22,7 +22,6 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-import numpy as np
 
 from convforge.conv import cuda_common as cc
 
@@ -85,19 +84,10 @@ class EmuKernel:
         return 1
 
     def __call__(self, grid, block, args, shared_mem: int = 0) -> None:
-        grid = tuple(int(g) for g in grid) + (1,) * (3 - len(grid))
-        block = tuple(int(b) for b in block) + (1,) * (3 - len(block))
+        grid, block = cc.dim3(grid), cc.dim3(block)
         if min(grid) <= 0:
             return
-        holders = []
-        for a in args:
-            if isinstance(a, np.uint64):
-                holders.append(ctypes.c_uint64(int(a)))
-            elif isinstance(a, np.int32):
-                holders.append(ctypes.c_int32(int(a)))
-            else:
-                raise TypeError(f"{self.name}: argument {a!r} is not numpy.uint64 / numpy.int32")
-        argv = (ctypes.c_void_p * len(holders))(*[ctypes.addressof(h) for h in holders])
+        argv = ctypes.c_void_p(cc.pack_arguments(tuple(args), self.name))   # the block cuLaunchKernel gets
         self.fn(*[ctypes.c_uint(v) for v in grid + block], ctypes.c_ulong(int(shared_mem)), argv)
 
 

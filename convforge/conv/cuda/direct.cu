@@ -25,10 +25,11 @@
 // weights come through LDC loads): used where unrolling C would make the code too large.
 //
 // Constants: CF_C CF_H CF_W CF_K (layer), CF_MP (maps of this piece), CF_MG (maps per thread), CF_R
-// (output columns per thread, a multiple of CF_POOL), CF_RT (output rows per thread, a multiple of CF_POOL whose
-// stored rows divide the stored height; more rows share each weight and input row), CF_NT (threads per block), CF_VEC (largest vector
-// width in floats the pointers allow: 4, 2 or 1), CF_UNROLL_C, CF_STREAM_STORES, CF_MINB (minimum blocks per SM
-// for __launch_bounds__, 0 for none), CF_POOL, CF_ACT, CF_INSTANCE.
+// (output columns per thread, a multiple of CF_POOL), CF_RT (output rows per thread, a multiple of CF_POOL
+// whose stored rows divide the stored height; more rows share each weight and input row), CF_NT (threads
+// per block), CF_VEC (largest vector width in floats the pointers allow: 4, 2 or 1), CF_UNROLL_C,
+// CF_STREAM_STORES, CF_MINB (minimum blocks per SM for __launch_bounds__, 0 for none), CF_POOL, CF_ACT,
+// CF_INSTANCE.
 
 #include "activation.cuh"
 
