@@ -5,7 +5,8 @@
 
 Prints (1) each layer's best exact kernel, best Triton kernel and best reduced-precision kernel against
 cuDNN and the roofline floor, and (2) the course's optimisation path, kernel by kernel, on every layer.
-With --impls: one row per layer (conv and fused), each named implementation's ms (% of floor, x cuDNN).
+With --impls: one row per layer (conv and fused), each named implementation's ms (% of floor, x cuDNN);
+--clocks adds the median SM clock sampled during that row (and NVML's clock-event reasons when any).
 Several files are read as one run's rows (each row keeps the ceilings and cuDNN time of its own run);
 ``FILE:impl,impl`` takes only those implementations' rows from a file (e.g. the tensor-core rows of another run).
 """
@@ -19,7 +20,15 @@ PATH = ("cuda-naive", "cuda-tiled", "cuda-constmem", "cuda-unroll-gemm", "cuda-f
         "cuda-tc-tf32", "cuda-tc-fp16", "triton-direct", "triton-gemm", "triton-gemm-tf32", "triton-fused-layer")
 
 
-def per_impl_table(by_case, impls) -> None:
+def clock_note(row) -> str:
+    """", 1980 MHz" (or ", 1755 MHz sw_power_cap") from a row's sampled clock; "" for rows without one."""
+    if row.get("sm_clock_mhz_median") is None:
+        return ""
+    reasons = row.get("clock_event_reasons") or ""
+    return f", {row['sm_clock_mhz_median']:.0f} MHz" + (f" {reasons}" if reasons else "")
+
+
+def per_impl_table(by_case, impls, clocks=False) -> None:
     print("| layer | floor ms | cuDNN / PyTorch ms (% floor) | " + " | ".join(impls) + " |")
     print("|---|---|---|" + "---|" * len(impls))
     for (kind, layer), case in by_case.items():
@@ -27,14 +36,15 @@ def per_impl_table(by_case, impls) -> None:
         cells = []
         for impl in impls:
             match = [r for r in case if r["impl"] == impl]
-            cells.append(f"{match[0]['median_ms']:.3f} ({match[0]['roofline_pct']:.0f} %, {match[0]['speedup']:.2f}x)"
-                         if match else "—")
+            cells.append(f"{match[0]['median_ms']:.3f} ({match[0]['roofline_pct']:.0f} %, {match[0]['speedup']:.2f}x"
+                         f"{clock_note(match[0]) if clocks else ''})" if match else "—")
         label = layer + (" fused conv+act+pool" if kind == "fused" else "")
-        print(f"| {label} | {base['floor_ms']:.3f} | {base['median_ms']:.3f} ({base['roofline_pct']:.0f} %) | "
+        print(f"| {label} | {base['floor_ms']:.3f} | {base['median_ms']:.3f} ({base['roofline_pct']:.0f} %"
+              f"{clock_note(base) if clocks else ''}) | "
               + " | ".join(cells) + " |")
 
 
-def main(paths, impls=None) -> None:
+def main(paths, impls=None, clocks=False) -> None:
     rows = []
     for spec in paths:   # FILE, or FILE:impl,impl to take only those implementations' rows from it
         path, keep = spec, None
@@ -46,7 +56,7 @@ def main(paths, impls=None) -> None:
     for row in rows:
         by_case[(row["kind"], row["layer"])].append(row)
     if impls:
-        per_impl_table(by_case, impls)
+        per_impl_table(by_case, impls, clocks)
         return
     first = rows[0]
     print(f"Machine: {first['gpu']}, torch {first['torch']}, CUDA {first['cuda']}, cuDNN {first['cudnn']}, "
@@ -83,5 +93,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="+")
     parser.add_argument("--impls", default="", help="comma-separated implementations for a per-implementation table")
+    parser.add_argument("--clocks", action="store_true", help="with --impls: the median SM clock of each row")
     args = parser.parse_args()
-    main(args.files, [i for i in args.impls.split(",") if i])
+    main(args.files, [i for i in args.impls.split(",") if i], args.clocks)

@@ -448,3 +448,54 @@ def test_fma_probe_source_compiles_and_measures():
     assert bench.fma_peak_gflops(1, budget_s=0.01) > 0
     source = bench.fma_source()
     assert source.count(" * a + b") == bench.FMA_CHAINS * bench.FMA_DEPTH
+
+
+# ------------------------------------------------------------------------ GPU clock sampling
+
+def test_clock_event_reasons_decode_and_idle_is_left_out():
+    from convforge.harness import gpu_clocks
+    assert gpu_clocks.decode_reasons(0x1) == ""   # GpuIdle alone: the gaps between timed calls
+    assert gpu_clocks.decode_reasons(0x1 | 0x4 | 0x40) == "sw_power_cap,hw_thermal_slowdown"
+
+
+class _FakeNvml:
+    """Stands in for the NVML handle: a clock that drops under a power cap half-way."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def sample(self):
+        self.calls += 1
+        capped = self.calls > 3
+        return (1500 if capped else 1980, 700.0 if capped else 450.0, 60 + self.calls, 0x4 if capped else 0x1)
+
+
+def test_gpu_sampler_summarises_its_samples(monkeypatch):
+    from convforge.harness import gpu_clocks
+    monkeypatch.setattr(gpu_clocks, "_nvml_for", lambda index: _FakeNvml())
+    monkeypatch.setattr(gpu_clocks, "SAMPLE_INTERVAL_S", 0.001)
+    with gpu_clocks.GpuSampler(0) as sampler:
+        import time
+        time.sleep(0.05)
+    fields = sampler.fields()
+    n = len(sampler.samples)
+    assert n >= 5 and set(fields) == set(gpu_clocks.FIELDS)
+    assert fields["sm_clock_mhz_min"] == 1500 and fields["sm_clock_mhz_max"] == 1980
+    assert fields["power_w_max"] == 700.0 and fields["temp_c_max"] == 60 + n
+    assert fields["clock_event_reasons"] == "sw_power_cap"
+
+
+def test_gpu_sampler_without_a_device_gives_empty_fields():
+    from convforge.harness import gpu_clocks
+    with gpu_clocks.GpuSampler(None) as sampler:
+        pass
+    assert sampler.fields() == dict.fromkeys(gpu_clocks.FIELDS)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (NVML comes with its driver)")
+def test_gpu_bench_rows_carry_the_sampled_clock():
+    load: dict = {}
+    x = torch.randn(256, 1024, 1024, device="cuda")
+    bench.time_calls(lambda t: t.mul_(1.0), [x], "cuda", repeat=20, load=load)
+    assert 100 <= load["sm_clock_mhz_min"] <= load["sm_clock_mhz_median"] <= load["sm_clock_mhz_max"] < 5000
+    assert load["power_w_max"] > 0 and load["temp_c_max"] > 0

@@ -16,7 +16,8 @@ timed, and not timed if wrong.
 
 Each row also records what it ran under: the transparent-huge-page settings, whether torch's CPU
 allocator advises huge pages (THP_MEM_ALLOC_ENABLE, probed), and over its timed calls the minor page faults
-per call, the 1-minute load average, and the CPU time other processes used and the hypervisor stole. On a
+per call, the 1-minute load average, the CPU time other processes used and the hypervisor stole, and on a
+GPU the SM clock (min / median / max), peak power, temperature and NVML's clock-event reasons. On a
 CPU at large batches a fresh output's first-touch page faults can cost as much as the convolution, for
 torch and for every implementation here alike (they all allocate their outputs through torch); ``--hugepages``
 switches torch's allocator to huge pages for the whole run, the baseline included.
@@ -54,6 +55,7 @@ from convforge.conv import ConvImpl
 from convforge.engine import Stopwatch, resolve_device
 from convforge.errors import UserError
 from convforge.harness.check import describe_exception, progress_bar, random_case
+from convforge.harness.gpu_clocks import FIELDS as GPU_CLOCK_FIELDS, GpuSampler
 from convforge.harness.verify import Case, LayerSpec, model_layers, select_impls, verify_impl
 from convforge.models import ACTIVATIONS, DEFAULT_PRESET, ConvShape, get_preset
 
@@ -83,7 +85,7 @@ ROW_KEYS = ("kind", "model", "layer", "B", "M", "C", "H", "W", "K", "impl", "pre
             "roofline_pct", "baseline", "baseline_ms", "speedup", "copy_gbps", "matmul_gflops",
             "machine", "cpu", "threads", "gpu", "torch", "cuda", "cudnn", "numba", "triton", "cupy", "python",
             "date", "fma_gflops", "minflt_per_call", "loadavg_1m", "other_cpu_pct", "steal_pct", "thp_enabled",
-            "thp_defrag", "torch_thp_alloc")
+            "thp_defrag", "torch_thp_alloc", *GPU_CLOCK_FIELDS)
 
 
 # ----------------------------------------------------------------------------------------- timing
@@ -147,7 +149,8 @@ def time_calls(fn: Callable[[torch.Tensor], object], inputs: Sequence[torch.Tens
     Warm-up stops early once it has taken ``budget_s`` (a call that long is past compiling and cold
     caches). Timed calls: exactly ``repeat`` when given, else at least MIN_REPEATS and then until
     ``budget_s`` of wall time or MAX_REPEATS. ``load``, when given, receives ``load_fields`` of the
-    timed calls (the counters are read outside the timed regions).
+    timed calls (the counters are read outside the timed regions) and, on a GPU, the SM clock, power,
+    temperature and clock-event reasons sampled during them (``gpu_clocks``).
     """
     call = 0
     started = time.perf_counter()
@@ -159,19 +162,23 @@ def time_calls(fn: Callable[[torch.Tensor], object], inputs: Sequence[torch.Tens
             break
     times = []
     before = read_counters() if load is not None else None
-    started = time.perf_counter()
-    while True:
-        with Stopwatch(device) as watch:
-            fn(inputs[call % len(inputs)])
-        call += 1
-        times.append(watch.seconds)
-        if repeat is not None:
-            if len(times) >= repeat:
+    sample_gpu = load is not None and device == "cuda"
+    with GpuSampler(torch.cuda.current_device() if sample_gpu else None) as sampler:
+        started = time.perf_counter()
+        while True:
+            with Stopwatch(device) as watch:
+                fn(inputs[call % len(inputs)])
+            call += 1
+            times.append(watch.seconds)
+            if repeat is not None:
+                if len(times) >= repeat:
+                    break
+            elif len(times) >= MAX_REPEATS or (len(times) >= MIN_REPEATS and time.perf_counter() - started >= budget_s):
                 break
-        elif len(times) >= MAX_REPEATS or (len(times) >= MIN_REPEATS and time.perf_counter() - started >= budget_s):
-            break
     if load is not None:
         load.update(load_fields(before, read_counters(), len(times)))
+        if sample_gpu:
+            load.update(sampler.fields())
     return np.array(times)
 
 
