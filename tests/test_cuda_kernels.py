@@ -160,7 +160,8 @@ def test_gpu_tc_launch_configs(precision):
     for shape in ((3, 50, 1, 28, 28, 5), (2, 4, 1, 86, 86, 7), (3, 6, 1, 48, 47, 5), (2, 5, 3, 12, 11, 9)):
         x, w, b = _data(shape, seed=12, bias=True, device="cuda")
         ref = _reference(x, w, b)
-        for config in cuda_tc.ROWS_LAUNCH_CONFIGS + ({"kernel": "rows", "pipe": 2},):
+        for config in cuda_tc.ROWS_LAUNCH_CONFIGS + ({"kernel": "rows", "pipe": 2}, {"kernel": "rows", "epi": 1},
+                                                     {"kernel": "rows", "epi": 1, "nc": 4, "ib": 1}):
             _check(cuda_tc.prepare(w, b, precision=precision, config=config), x, ref, 1e-2,
                    f"tc rows {precision} {shape} {config}")
 
@@ -373,7 +374,11 @@ def test_emulated_tc_rows_kernel(emulation):
              ((2, 5, 3, 12, 11, 5), {"nc": 1, "mt": 2}), ((5, 6, 1, 12, 12, 5), {"nt": 64, "pipe": 2}),
              ((2, 3, 2, 20, 26, 9), {"nc": 4}), ((1, 1, 1, 1, 1, 1), None),
              # 2 emulated SMs, 5 units: each block loops over several units, with one and two buffers
-             ((9, 3, 1, 10, 9, 3), {"ib": 2, "nt": 32, "pipe": 1}), ((9, 3, 1, 10, 9, 3), {"ib": 2, "nt": 32, "pipe": 2}))
+             ((9, 3, 1, 10, 9, 3), {"ib": 2, "nt": 32, "pipe": 1}), ((9, 3, 1, 10, 9, 3), {"ib": 2, "nt": 32, "pipe": 2}),
+             # the staged epilogue: output widths of 4k (16-byte rows), 4k+2 and odd, 1 to 4 column tiles
+             ((2, 4, 1, 20, 20, 5), {"epi": 1, "nc": 4}), ((3, 5, 1, 13, 19, 7), {"epi": 1, "nc": 2, "ib": 2}),
+             ((2, 3, 1, 12, 14, 3), {"epi": 1, "nc": 1}), ((2, 6, 2, 11, 17, 5), {"epi": 1, "nc": 3, "mt": 2}),
+             ((5, 4, 1, 10, 16, 3), {"epi": 1, "nt": 64, "pipe": 2}))
     for i, (shape, config) in enumerate(cases):
         x, w, b = _data(shape, seed=200 + i, bias=i % 2 == 0)
         for precision in cuda_tc.PRECISIONS:

@@ -140,6 +140,7 @@ class RowsGeometry(LayerShape):
     nt: int = 128
     round: int = 1
     pipe: int = 1
+    epi: int = 0                # 1: the epilogue stores rows through a per-warp shared scratch
     @property
     def mg(self): return cc.cdiv(self.M, self.mt)
     @property
@@ -155,14 +156,19 @@ class RowsGeometry(LayerShape):
     @property
     def ws_words(self): return self.mg * self.mt * self.C * self.K * ROWS_WROW
     @property
-    def smem_bytes(self): return 4 * (self.xs_floats + self.ws_words)
+    def epitch(self): return self.nc * 8 if self.nc * 8 % 16 == 8 else self.nc * 8 + 8
+    @property
+    def epi_floats(self): return self.nt // 32 * 16 * self.epitch if self.epi else 0
+    @property
+    def smem_bytes(self): return 4 * (self.xs_floats + self.ws_words + self.epi_floats)
     @property
     def row_waste(self): return 1.0 - self.ib * self.ho / (16.0 * self.rt)
 
     def spec(self) -> cc.KernelSpec:
         return cc.KernelSpec.of(ROWS_SOURCE, CF_M=self.M, CF_C=self.C, CF_H=self.H, CF_W=self.W, CF_K=self.K,
                                 CF_PREC=1 if self.precision == "fp16" else 0, CF_MT=self.mt, CF_NC=self.nc,
-                                CF_IB=self.ib, CF_NT=self.nt, CF_TF32_ROUND=self.round, CF_PIPE=self.pipe)
+                                CF_IB=self.ib, CF_NT=self.nt, CF_TF32_ROUND=self.round, CF_PIPE=self.pipe,
+                                CF_EPI=self.epi)
 
 
 def _rows_maps_per_tile(M: int, nc: int) -> int:
@@ -180,7 +186,7 @@ def plan_rows(M: int, C: int, H: int, W: int, K: int, precision: str, config: Op
         raise ValueError(f"the rows kernel needs K <= 9 (got {K}); use kernel='gather'")
     cfg = dict(config or {})
     cfg.pop("kernel", None)
-    unknown = set(cfg) - {"mt", "nc", "ib", "nt", "round", "pipe"}
+    unknown = set(cfg) - {"mt", "nc", "ib", "nt", "round", "pipe", "epi"}
     if unknown:
         raise ValueError(f"unknown launch parameters {sorted(unknown)}")
     nc = int(cfg.get("nc", 2))
@@ -191,7 +197,10 @@ def plan_rows(M: int, C: int, H: int, W: int, K: int, precision: str, config: Op
     pipe = int(cfg.get("pipe", 1))
     if pipe not in (1, 2):
         raise ValueError(f"pipe must be 1 (one staging buffer) or 2 (two), got {pipe}")
-    base = RowsGeometry(M, C, H, W, K, precision, mt, nc, 1, nt, int(cfg.get("round", 1)), pipe)
+    epi = int(cfg.get("epi", 0))
+    if epi not in (0, 1):
+        raise ValueError(f"epi must be 0 (fragment stores) or 1 (rows through shared memory), got {epi}")
+    base = RowsGeometry(M, C, H, W, K, precision, mt, nc, 1, nt, int(cfg.get("round", 1)), pipe, epi)
     if "ib" in cfg:
         geoms = [replace(base, ib=int(cfg["ib"]))]
     else:  # images per unit: the least row waste in 16-row tiles, staying small enough for several blocks per SM

@@ -58,6 +58,7 @@ inline unsigned char* dyn_smem() { return t_block->smem; }
 #define gridDim (cf::g_dim)
 
 inline void __syncthreads() { cf::t_block->bar->arrive_and_wait(); }
+inline void __syncwarp() { (*cf::t_block->warp_bars)[cf::t_idx.x / 32]->arrive_and_wait(); }  // 1-D blocks
 [[noreturn]] inline void __trap() { std::abort(); }
 template <class T> inline T __ldg(const T* p) { return *p; }
 template <class T> inline void __stcs(T* p, T v) { *p = v; }

@@ -25,10 +25,14 @@
 // input (or, in FP16, one beyond +-65504, which converts to infinity) turns the whole 8-column tiles that
 // read it into NaN, where a convolution would spoil only the K columns whose window holds it. The course's
 // inputs are pixels (0..255); the reduced-precision paths declare this range.
-// Fragment layouts (PTX ISA, g = lane / 4, t = lane % 4) as in tc.cu. Epilogue: + bias, 8-byte stores
-// (each group of 4 lanes writes one contiguous 32-byte run of a row).
+// Fragment layouts (PTX ISA, g = lane / 4, t = lane % 4) as in tc.cu. Epilogue (+ bias), CF_EPI 0: 8-byte
+// stores straight from the fragments (each group of 4 lanes writes one 32-byte run of a row, so a warp's
+// store touches 8 rows, one sector each); CF_EPI 1: each map's 16 x NC*8 tile goes through a per-warp
+// shared scratch and leaves as rows, NC*2 lanes per row with 16-byte stores (4 rows of 128 bytes per
+// store at NC = 4): fewer, fuller L2 write requests, which ncu showed as the limit (L2 86 % busy, DRAM 51 %
+// on fa20 L1 FP16).
 // Constants: CF_M CF_C CF_H CF_W CF_K, CF_PREC (0 tf32, 1 fp16), CF_MT (maps per warp tile), CF_NC
-// (8-column tiles per warp tile), CF_IB (images per unit), CF_NT (threads), CF_TF32_ROUND, CF_PIPE.
+// (8-column tiles per warp tile), CF_IB (images per unit), CF_NT (threads), CF_TF32_ROUND, CF_PIPE, CF_EPI.
 
 #include "async_copy.cuh"
 
@@ -52,6 +56,9 @@
 #endif
 #ifndef CF_PIPE
 #define CF_PIPE 1
+#endif
+#ifndef CF_EPI
+#define CF_EPI 0
 #endif
 
 namespace {
@@ -77,6 +84,10 @@ constexpr int PIPE = CF_PIPE;                            // 1: one buffer; 2: tw
 constexpr int XS_FLOATS = (PIPE == 2 ? 2 : 1) * XS_ONE;
 constexpr int WS_WORDS = MG * MT * C * K * WROW;
 constexpr int NWARPS = NT / 32;
+// staged epilogue: a warp's 16 x NC*8 tile of one map; a pitch of 8 or 24 (mod 32) words keeps the
+// fragment writes (8-byte, lane g*EPITCH + 2t) and the row reads (16-byte, along rows) conflict-free
+constexpr int EPITCH = (NC * 8) % 16 == 8 ? NC * 8 : NC * 8 + 8;
+constexpr int EPI_FLOATS = CF_EPI ? NWARPS * 16 * EPITCH : 0;
 static_assert(K <= 9, "the rows kernel covers 8 output columns with 16 input columns: K <= 9");
 static_assert(NT % 32 == 0, "CF_NT must be a multiple of 32");
 
@@ -165,7 +176,7 @@ conv_tc_rows(float* __restrict__ y, const float* __restrict__ x, const unsigned*
     if (tid == 0) {  // the host computes the same size; a mismatch would read past shared memory
         unsigned dyn;
         asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
-        if (dyn < 4u * (XS_FLOATS + WS_WORDS)) __trap();
+        if (dyn < 4u * (XS_FLOATS + WS_WORDS + EPI_FLOATS)) __trap();
     }
 #endif
     // once per block: the filter rows, and zeros in the staging buffers' padding (columns W .. PITCH-1 are
@@ -277,6 +288,46 @@ conv_tc_rows(float* __restrict__ y, const float* __restrict__ x, const unsigned*
                 }
             }
 
+#if CF_EPI
+            // epilogue through the warp's scratch: fragments in (c0 c1 = row g, columns 2t, 2t+1 of each
+            // 8-column tile; c2 c3 = row g + 8), rows out, 4 columns per lane
+            float* const es = reinterpret_cast<float*>(ws + WS_WORDS) + warp * (16 * EPITCH);
+#pragma unroll
+            for (int m = 0; m < MT; ++m) {
+                const int map = mg * MT + m;
+                if (map >= M) break;
+                const float bm = bias != nullptr ? __ldg(bias + map) : 0.0f;
+#pragma unroll
+                for (int n = 0; n < NC; ++n) {
+                    *reinterpret_cast<float2*>(es + g * EPITCH + n * 8 + 2 * t) = make_float2(acc[m][n][0], acc[m][n][1]);
+                    *reinterpret_cast<float2*>(es + (g + 8) * EPITCH + n * 8 + 2 * t) = make_float2(acc[m][n][2], acc[m][n][3]);
+                }
+                __syncwarp();
+#pragma unroll
+                for (int it = 0; it < NC; ++it) {              // 16 rows x 2*NC quads = 32 * NC lanes' worth
+                    const int idx = it * 32 + lane, rr = idx / (2 * NC), q = idx - rr * (2 * NC);
+                    const int r = rt * 16 + rr, col = col0 + 4 * q;
+                    if (r < rows && col < WO) {
+                        const int img = r / HO, o = r - img * HO;
+                        float4 v = *reinterpret_cast<const float4*>(es + rr * EPITCH + 4 * q);
+                        v.x += bm; v.y += bm; v.z += bm; v.w += bm;
+                        float* const yc = y + (((long long)(b0 + img) * M + map) * HO + o) * WO + col;
+                        if constexpr (WO % 4 == 0) {          // every row starts 16-byte aligned; col + 3 < WO
+                            *reinterpret_cast<float4*>(yc) = v;
+                        } else if constexpr (WO % 2 == 0) {
+                            *reinterpret_cast<float2*>(yc) = make_float2(v.x, v.y);
+                            if (col + 2 < WO) *reinterpret_cast<float2*>(yc + 2) = make_float2(v.z, v.w);
+                        } else {
+                            yc[0] = v.x;
+                            if (col + 1 < WO) yc[1] = v.y;
+                            if (col + 2 < WO) yc[2] = v.z;
+                            if (col + 3 < WO) yc[3] = v.w;
+                        }
+                    }
+                }
+                __syncwarp();                                  // the scratch is free for the next map
+            }
+#else
             // epilogue: c0 c1 = row r0, columns 2t, 2t+1 of the tile; c2 c3 = row r1
 #pragma unroll
             for (int m = 0; m < MT; ++m) {
@@ -302,6 +353,7 @@ conv_tc_rows(float* __restrict__ y, const float* __restrict__ x, const unsigned*
                     }
                 }
             }
+#endif
         }
         __syncthreads();                                       // every warp is done with xcur before it refills
         if constexpr (PIPE == 2) buf ^= 1;
