@@ -288,15 +288,18 @@ conv_tc_rows(float* __restrict__ y, const float* __restrict__ x, const unsigned*
                 }
             }
 
+            // epilogue (+ bias), one map at a time
 #if CF_EPI
-            // epilogue through the warp's scratch: fragments in (c0 c1 = row g, columns 2t, 2t+1 of each
-            // 8-column tile; c2 c3 = row g + 8), rows out, 4 columns per lane
             float* const es = reinterpret_cast<float*>(ws + WS_WORDS) + warp * (16 * EPITCH);
+#endif
 #pragma unroll
             for (int m = 0; m < MT; ++m) {
                 const int map = mg * MT + m;
                 if (map >= M) break;
                 const float bm = bias != nullptr ? __ldg(bias + map) : 0.0f;
+#if CF_EPI
+                // through the warp's scratch: fragments in (c0 c1 = row g, columns 2t, 2t+1 of each 8-column
+                // tile; c2 c3 = row g + 8), rows out, 4 columns per lane
 #pragma unroll
                 for (int n = 0; n < NC; ++n) {
                     *reinterpret_cast<float2*>(es + g * EPITCH + n * 8 + 2 * t) = make_float2(acc[m][n][0], acc[m][n][1]);
@@ -326,14 +329,8 @@ conv_tc_rows(float* __restrict__ y, const float* __restrict__ x, const unsigned*
                     }
                 }
                 __syncwarp();                                  // the scratch is free for the next map
-            }
 #else
-            // epilogue: c0 c1 = row r0, columns 2t, 2t+1 of the tile; c2 c3 = row r1
-#pragma unroll
-            for (int m = 0; m < MT; ++m) {
-                const int map = mg * MT + m;
-                if (map >= M) break;
-                const float bm = bias != nullptr ? __ldg(bias + map) : 0.0f;
+                // straight from the fragments: c0 c1 = row r0, columns 2t, 2t+1 of the tile; c2 c3 = row r1
 #pragma unroll
                 for (int half = 0; half < 2; ++half) {
                     const int r = half ? r1 : r0;
@@ -352,8 +349,8 @@ conv_tc_rows(float* __restrict__ y, const float* __restrict__ x, const unsigned*
                         }
                     }
                 }
-            }
 #endif
+            }
         }
         __syncthreads();                                       // every warp is done with xcur before it refills
         if constexpr (PIPE == 2) buf ^= 1;
