@@ -397,6 +397,11 @@ def test_tc_rows_planning():
     assert cuda_tc.plan_rows(50, 1, 28, 28, 5, "fp16").pitch % 16 == 8
     assert cuda_tc.plan_rows(4, 1, 86, 86, 7, "tf32", {"pipe": 2}).smem_bytes > \
         cuda_tc.plan_rows(4, 1, 86, 86, 7, "tf32").smem_bytes
+    plain, staged = (cuda_tc.plan_rows(4, 1, 86, 86, 7, "fp16", {"nc": 4, "ib": 1, "epi": e}) for e in (0, 1))
+    assert staged.smem_bytes - plain.smem_bytes == 4 * (128 // 32) * 16 * 40   # a 16 x 40-word scratch per warp
+    assert cuda_tc.plan_rows(4, 1, 86, 86, 7, "fp16", {"nc": 1, "epi": 1}).epitch == 8   # 8 (mod 32): no conflicts
+    with pytest.raises(ValueError, match="epi must be"):
+        cuda_tc.plan_rows(4, 1, 30, 30, 5, "tf32", {"epi": 2})
     with pytest.raises(ValueError, match="K <= 9"):
         cuda_tc.plan_rows(4, 1, 30, 30, 11, "tf32")
     with pytest.raises(ValueError, match="unknown launch parameters"):
