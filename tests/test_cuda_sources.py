@@ -59,6 +59,8 @@ def _specs() -> list[tuple[str, cc.KernelSpec]]:
             specs.setdefault(spec, f"cuda_fused_gemm {label}")
         for spec in cuda_direct.kernel_specs(*shape):
             specs.setdefault(spec, f"cuda_direct {label}")
+        for precision in cuda_tc.PRECISIONS:   # the kernel prepare() runs on each layer (e.g. fa20 L1's staged epilogue)
+            specs.setdefault(cuda_tc.kernel_specs(*shape, precision=precision)[0], f"cuda_tc {precision} {label}")
         if fusion:
             activation, pool = fusion
             for spec in cuda_fused_layer.kernel_specs(*shape, pool=pool, activation=activation):
@@ -96,7 +98,7 @@ def test_nvcc_compiles_for_sm90(label, spec, tmp_path):
     done = subprocess.run(cmd, capture_output=True, text=True)
     assert done.returncode == 0, f"{label}: nvcc failed\n{' '.join(cmd)}\n{done.stderr[-4000:]}"
     assert cubin.stat().st_size > 0
-    if spec.source in ("regtile.cu", "tc.cu", "direct.cu"):
+    if spec.source in ("regtile.cu", "tc.cu", "tc_rows.cu", "direct.cu"):
         # the register tiles must stay in registers: no local-memory spills or stack frame
         report = done.stderr
         assert re.search(r"\b0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads", report), \
