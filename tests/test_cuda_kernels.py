@@ -388,6 +388,29 @@ def test_emulated_tc_rows_kernel(emulation):
             _check(fn, x, _reference(x, w, b), 1e-2, f"tc rows {precision} {shape} {config}")
 
 
+@needs_cxx
+def test_emulated_tc_rows_staged_epilogue_never_gets_a_misaligned_out(emulation):
+    """The staged epilogue's 16-byte stores: an out= buffer 8 bytes off a 16-byte boundary is written through
+    an aligned temporary (a GPU would fault on the misaligned stores) and still filled correctly."""
+    from convforge.conv import cuda_tc
+    shape = (2, 4, 1, 13, 12, 5)                                   # 8 output columns: rows of 4k floats
+    x, w, b = _data(shape, seed=230, bias=True)
+    ref = _reference(x, w, b)
+    for epi, alignment in ((1, 16), (0, 8)):
+        fn = cuda_tc.prepare(w, b, precision="fp16", config={"kernel": "rows", "nc": 1, "epi": epi})
+        layer = fn.layer_for(shape[3], shape[4])
+        assert layer.store_alignment == alignment
+        launched, kernel = [], layer.kernel
+        layer.kernel = lambda grid, block, args, **kw: (launched.append(int(args[0])), kernel(grid, block, args, **kw))
+        flat = torch.full((ref.size + 2,), float("nan"))
+        out = flat[2:].view(ref.shape)                              # data_ptr = 8 (mod 16)
+        assert out.data_ptr() % 16 == 8
+        _check(fn, x, ref, 1e-2, f"misaligned out, epi {epi}")
+        got = fn(x, out=out)
+        assert got is out and relative_error(out, ref) <= 1e-2
+        assert launched and all(ptr % alignment == 0 for ptr in launched), (epi, launched)
+
+
 def test_tc_rows_planning():
     """The rows kernel's geometry: conflict-free pitches, images per unit chosen to fill 16-row tiles,
     its limits refused with a reason, and the tuned choice per precision."""

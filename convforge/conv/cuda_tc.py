@@ -308,6 +308,9 @@ class TcLayer:
             self.geom = plan(M, C, H, W, K, precision, config, info.smem_per_block_optin)
             self.packed, name, self.per_unit = pack_fragments(weight, self.geom), "conv_tc", 1
         self.rows = rows
+        # the rows kernel's widest output store: 16 bytes (staged epilogue, rows of 4k floats), 8 (even rows)
+        self.store_alignment = (16 if rows and self.geom.epi and self.geom.wo % 4 == 0 else
+                                8 if rows and self.geom.wo % 2 == 0 else 4)
         self.bias = bias
         self.kernel = cc.kernel(self.geom.spec(), name, self.device)
         self.grid_cap = info.sm_count * max(1, self.kernel.blocks_per_sm(self.geom.nt, self.geom.smem_bytes))
@@ -318,8 +321,8 @@ class TcLayer:
         if B > cc.INT32_MAX - self.per_unit:   # the kernel counts units of per_unit images in int32
             raise ValueError(f"batch {B} is too large for one launch (at most {cc.INT32_MAX - self.per_unit})")
         y, result = cc.output(out, (B, g.M, g.ho, g.wo), x)
-        if self.rows and g.wo % 2 == 0 and y.data_ptr() % 8:
-            y = torch.empty_like(y)  # 8-byte stores need an aligned buffer (torch allocations always are)
+        if self.rows and y.data_ptr() % self.store_alignment:
+            y = torch.empty_like(y)  # vector stores need an aligned buffer (torch allocations always are)
         if y.numel():
             self.kernel((min(cc.cdiv(B, self.per_unit), self.grid_cap),), (g.nt,),
                         (cc.ptr(y), cc.ptr(x), cc.ptr(self.packed), cc.ptr(self.bias), cc.i32(B)),

@@ -29,8 +29,8 @@
 // stores straight from the fragments (each group of 4 lanes writes one 32-byte run of a row, so a warp's
 // store touches 8 rows, one sector each); CF_EPI 1: each map's 16 x NC*8 tile goes through a per-warp
 // shared scratch and leaves as rows, NC*2 lanes per row with 16-byte stores (4 rows of 128 bytes per
-// store at NC = 4): fewer, fuller L2 write requests, which ncu showed as the limit (L2 86 % busy, DRAM 51 %
-// on fa20 L1 FP16).
+// store at NC = 4): fewer, fuller L2 write requests. ncu put L2 as the busiest unit of the epi 0 kernel on
+// fa20 L1 FP16 (L2 86 %, DRAM 51 %, SM 40 %); epi 1 took it from 0.558 to 0.528 ms (not profiled).
 // Constants: CF_M CF_C CF_H CF_W CF_K, CF_PREC (0 tf32, 1 fp16), CF_MT (maps per warp tile), CF_NC
 // (8-column tiles per warp tile), CF_IB (images per unit), CF_NT (threads), CF_TF32_ROUND, CF_PIPE, CF_EPI.
 
@@ -85,7 +85,8 @@ constexpr int XS_FLOATS = (PIPE == 2 ? 2 : 1) * XS_ONE;
 constexpr int WS_WORDS = MG * MT * C * K * WROW;
 constexpr int NWARPS = NT / 32;
 // staged epilogue: a warp's 16 x NC*8 tile of one map; a pitch of 8 or 24 (mod 32) words keeps the
-// fragment writes (8-byte, lane g*EPITCH + 2t) and the row reads (16-byte, along rows) conflict-free
+// fragment writes (8-byte, lane g*EPITCH + 2t) conflict-free, and the 16-byte row reads too at NC = 1, 3, 4
+// and 5 (at NC = 2 and 6 two rows of a quarter warp share banks: 2-way)
 constexpr int EPITCH = (NC * 8) % 16 == 8 ? NC * 8 : NC * 8 + 8;
 constexpr int EPI_FLOATS = CF_EPI ? NWARPS * 16 * EPITCH : 0;
 static_assert(K <= 9, "the rows kernel covers 8 output columns with 16 input columns: K <= 9");
