@@ -485,6 +485,29 @@ def test_gpu_sampler_summarises_its_samples(monkeypatch):
     assert fields["clock_event_reasons"] == "sw_power_cap"
 
 
+def test_gpu_sampler_survives_a_missing_library_and_failing_reads(monkeypatch):
+    from convforge.harness import gpu_clocks
+
+    def no_library(*args, **kwargs):
+        raise OSError("libnvidia-ml.so.1: cannot open shared object file")
+    monkeypatch.setattr(gpu_clocks.ctypes, "CDLL", no_library)
+    monkeypatch.setattr(gpu_clocks, "_nvml_cache", {})
+    assert gpu_clocks._nvml_for(0) is None   # no driver: no telemetry, and no error
+
+    class Failing(_FakeNvml):
+        def sample(self):
+            self.calls += 1
+            if self.calls % 2:
+                raise OSError("NVML call failed")
+            return super().sample()
+    monkeypatch.setattr(gpu_clocks, "_nvml_for", lambda index: Failing())
+    monkeypatch.setattr(gpu_clocks, "SAMPLE_INTERVAL_S", 0.001)
+    with gpu_clocks.GpuSampler(0) as sampler:   # the odd reads fail: they are missing samples, not errors
+        import time
+        time.sleep(0.02)
+    assert sampler.samples and sampler.fields()["sm_clock_mhz_max"] in (1500, 1980)
+
+
 def test_gpu_sampler_without_a_device_gives_empty_fields():
     from convforge.harness import gpu_clocks
     with gpu_clocks.GpuSampler(None) as sampler:
