@@ -40,6 +40,7 @@ KERNEL_DIR = Path(__file__).resolve().parent / "cuda"
 BASE_OPTIONS = ("-std=c++17",)
 SYNC_ENV = "CONVFORGE_CUDA_SYNC"
 INT32_MAX = 2**31 - 1
+CONST_BANK_FLOATS = 16384   # the 64 KB __constant__ bank a module may fill (cuda-constmem, cuda-direct)
 DEVICE_TYPE = "cuda"   # the host emulation (cuda_emulate) sets "cpu"
 
 

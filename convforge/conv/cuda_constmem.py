@@ -23,7 +23,7 @@ import torch
 from convforge.conv import cuda_common as cc
 from convforge.conv.cuda_tiled import TILE, launch_tiles
 
-CONST_FLOATS = 16384  # 64 KB, the constant bank's size
+CONST_FLOATS = cc.CONST_BANK_FLOATS
 unavailable_reason = cc.unavailable_reason
 
 

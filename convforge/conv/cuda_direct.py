@@ -33,7 +33,7 @@ import torch
 from convforge.conv import cuda_common as cc
 
 SOURCE = "direct.cu"
-CONST_FLOATS = 16384          # the 64 KB constant bank
+CONST_FLOATS = cc.CONST_BANK_FLOATS
 MAX_ACCUMULATORS = 128        # rows * pool * r * mg; past this the 255-register budget spills
 UNROLLED_FFMA_LIMIT = 6000    # per thread; past this the channel loop is not unrolled (code size)
 unavailable_reason = cc.unavailable_reason
