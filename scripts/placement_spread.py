@@ -18,14 +18,8 @@ import torch
 from convforge import conv
 from convforge.harness.bench import time_calls
 from convforge.harness.check import random_case
+from convforge.conv.cuda_smoke import preset_layers
 from convforge.harness.gpu_clocks import GpuSampler
-from convforge.models import PRESETS
-
-
-def layer_shapes():
-    for name in ("fa17-high", "sp18", "sp19", "fa18", "fa19", "fa20"):
-        for i, shape in enumerate(PRESETS[name].architecture.conv_shapes(10000), 1):
-            yield f"{name.split('-')[0]} L{i}", shape
 
 
 def main() -> None:
@@ -34,15 +28,16 @@ def main() -> None:
     p.add_argument("--trials", type=int, default=12)
     p.add_argument("--repeat", type=int, default=30)
     p.add_argument("--impls", default="cuda-direct,torch")
+    p.add_argument("--batch", type=int, default=10000)
     args = p.parse_args()
     wanted = args.layers.split(",")
     rng = np.random.default_rng(0)
     torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.allow_tf32 = False
-    for label, shape in layer_shapes():
+    for label, (M, C, H, W, K), _ in preset_layers():
         if label not in wanted:
             continue
-        B, C, H, W, M, K = shape.B, shape.C, shape.H, shape.W, shape.M, shape.K
+        B = args.batch
         x_host, w_host, _ = random_case((B, C, H, W), (M, C, K, K), seed=0)
         print(f"{label}: B={B} C={C} H={H} W={W} M={M} K={K}")
         per_impl = {name: [] for name in args.impls.split(",")}
