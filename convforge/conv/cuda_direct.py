@@ -19,7 +19,10 @@ cuda-fused-gemm (``CF_UNROLL_C=0`` keeps them correct, with the weights then loa
 Launch shapes: ``TUNED`` holds the measured fastest (mg, r, nt) per preset layer and pool (from
 ``scripts/direct_sweep.py``); other shapes use ``default_config``. ``candidate_configs`` lists what the
 sweep times. Further knobs, each off by default and timed only as sweep variants: ``rows`` (several stored
-rows per thread, so each constant-bank weight and each input row feed more FFMAs), ``minb``, ``uc``, ``cs``.
+rows per thread, so each constant-bank weight and each input row feed more FFMAs), ``chunk`` (one-channel
+layers: several row tiles per thread in sequence, each input row loaded once and the next tile's rows
+prefetched), ``stage`` (one-channel layers: persistent blocks that copy each tile's input rows into shared
+memory with cp.async, the next tile's while this one computes), ``minb``, ``uc``, ``cs``.
 """
 
 from __future__ import annotations
@@ -75,6 +78,9 @@ class DirectConfig:
     minb: int = 0      # > 0: __launch_bounds__ minimum blocks per SM (trades registers for occupancy)
     uc: int = -1       # channel loop: 1 unrolled, 0 rolled, -1 unrolled while the code stays under UNROLLED_FFMA_LIMIT
     rows: int = 1      # stored rows per thread (each weight and input row then serves rows x more FFMAs)
+    chunk: int = 1     # one channel: row tiles per thread, one after another (input rows loaded once, prefetched)
+    stage: int = 0     # one channel: persistent blocks; each tile's input rows copied to shared memory (cp.async),
+                       # the next tile's while this one is computed
 
     @staticmethod
     def coerce(config: Union["DirectConfig", dict, None]) -> Optional["DirectConfig"]:
@@ -95,6 +101,11 @@ def check_config(M: int, C: int, H: int, W: int, K: int, pool: int, cfg: DirectC
     hp = _stored(H, W, K, pool)[0]
     if cfg.rows < 1 or hp % cfg.rows:
         raise ValueError(f"rows={cfg.rows} must divide the {hp} stored rows")
+    if cfg.chunk < 1 or (cfg.chunk > 1 and (C != 1 or (hp // cfg.rows) % cfg.chunk)):
+        raise ValueError(f"chunk={cfg.chunk} needs one input channel (C={C}) and must divide the "
+                         f"{hp // cfg.rows} row tiles")
+    if cfg.stage not in (0, 1) or (cfg.stage and (C != 1 or cfg.chunk > 1)):
+        raise ValueError(f"stage={cfg.stage} must be 0 or 1, and 1 needs one input channel (C={C}) and chunk=1")
     if _accumulators(pool, cfg) > MAX_ACCUMULATORS:
         raise ValueError(f"rows*pool*r*mg = {_accumulators(pool, cfg)} accumulators exceed {MAX_ACCUMULATORS}")
     if cfg.nt % 32 or not 32 <= cfg.nt <= 1024:
@@ -115,6 +126,16 @@ def _accumulators(pool: int, cfg: DirectConfig) -> int:
 def _balanced(M: int, mg: int) -> int:
     """The same number of groups with the maps spread evenly (50 maps in groups of 16 -> 4 groups of 13)."""
     return cc.cdiv(M, cc.cdiv(M, mg))
+
+
+def stage_floats(H: int, W: int, K: int, pool: int, cfg: DirectConfig) -> int:
+    """Floats of one shared staging buffer of the ``stage`` kernel (direct.cu's SROWS_NEEDED rows, rounded to 4)."""
+    hp, wp = _stored(H, W, K, pool)
+    rt = cfg.rows * pool
+    ny, nx = hp // cfg.rows, cc.cdiv(wp, cfg.r // pool)
+    dt = (cfg.nt - 1) // nx + 1
+    rows = dt * rt + (dt // ny + 1) * (H - ny * rt) + rt + K - 1
+    return cc.cdiv(rows * W, 4) * 4
 
 
 def default_config(M: int, C: int, H: int, W: int, K: int, pool: int = 1) -> DirectConfig:
@@ -172,7 +193,9 @@ def spec(C: int, H: int, W: int, K: int, pool: int, activation: int, cfg: Direct
     return cc.KernelSpec.of(SOURCE, CF_C=C, CF_H=H, CF_W=W, CF_K=K, CF_MP=maps, CF_MG=mg, CF_R=cfg.r,
                             CF_NT=cfg.nt, CF_VEC=vec, CF_UNROLL_C=int(unroll), CF_STREAM_STORES=cfg.cs,
                             **({"CF_MINB": cfg.minb} if cfg.minb else {}),
-                            **({"CF_RT": cfg.rows * pool} if cfg.rows > 1 else {}), CF_POOL=pool, CF_ACT=activation,
+                            **({"CF_RT": cfg.rows * pool} if cfg.rows > 1 else {}),
+                            **({"CF_CHUNK": cfg.chunk} if cfg.chunk > 1 else {}),
+                            **({"CF_STAGE": 1} if cfg.stage else {}), CF_POOL=pool, CF_ACT=activation,
                             CF_INSTANCE=instance)
 
 
@@ -205,6 +228,10 @@ class DirectLayer:
         self.hp, self.wp = _stored(H, W, K, pool)
         self.nx = cc.cdiv(self.wp, self.cfg.r // pool)
         self.device = weight.device
+        if self.cfg.stage:   # two staging buffers; the grid is capped at the resident blocks (per kernel)
+            self.smem = 8 * stage_floats(H, W, K, pool, self.cfg)
+            self.sm_count = cc.device_info(self.device).sm_count
+            self.grid_cap: dict = {}
         self.banks = []   # per piece: weights [c][p][q][map] then biases, copied into each module's bank
         for m0, maps in self.pieces:
             tail = bias[m0:m0 + maps] if bias is not None else torch.zeros(maps, device=self.device)
@@ -240,7 +267,7 @@ class DirectLayer:
         y, result = cc.output(out, self.out_shape(batch), x)
         if y.numel() == 0:
             return cc.finish(y, result)
-        items_per_image = (self.hp // self.cfg.rows) * self.nx   # row tiles x column strips
+        items_per_image = (self.hp // self.cfg.rows // self.cfg.chunk) * self.nx   # row chunks x column strips
         per_launch = max(1, cc.INT32_MAX // items_per_image)   # the kernel's item index is an int
         nt = self.cfg.nt
         for b0 in range(0, batch, per_launch):
@@ -249,8 +276,15 @@ class DirectLayer:
             vec = _alignment(xs, ys)
             blocks = cc.cdiv(nb * items_per_image, nt)
             for piece, (groups, m_arg, m0_arg) in enumerate(self.launch_args):
-                self.kernel(piece, vec)((blocks, groups, 1), (nt, 1, 1),
-                                        (cc.ptr(ys), cc.ptr(xs), cc.i32(nb), m_arg, m0_arg))
+                kernel = self.kernel(piece, vec)
+                args = (cc.ptr(ys), cc.ptr(xs), cc.i32(nb), m_arg, m0_arg)
+                if self.cfg.stage:   # persistent blocks over (group, tile) units
+                    cap = self.grid_cap.get(kernel)
+                    if cap is None:
+                        cap = self.grid_cap[kernel] = self.sm_count * max(1, kernel.blocks_per_sm(nt, self.smem))
+                    kernel((min(blocks * groups, cap), 1, 1), (nt, 1, 1), args, shared_mem=self.smem)
+                else:
+                    kernel((blocks, groups, 1), (nt, 1, 1), args)
         return cc.finish(y, result)
 
 
