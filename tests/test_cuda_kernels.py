@@ -334,13 +334,7 @@ def test_emulated_direct_tiles_pieces_and_alignment(emulation):
              ((1, 5, 1, 14, 11, 3), None, {"mg": 5, "r": 4, "chunk": 3}),
              ((1, 4, 1, 13, 14, 3), None, {"mg": 4, "r": 2, "chunk": 11}),
              ((2, 6, 1, 14, 13, 3), ("tanh", 2), {"mg": 3, "r": 2, "chunk": 2}),
-             ((1, 4, 1, 15, 16, 3), ("relu", 2), {"mg": 4, "r": 2, "rows": 2, "chunk": 3}),
-             # persistent blocks staging each tile's rows in shared memory: tiles that cross images, 16- and
-             # 4-byte copies (widths 16 and 14), a partial strip, pooled, several rows per tile, two groups
-             ((3, 6, 1, 12, 16, 5), None, {"mg": 3, "r": 4, "nt": 32, "stage": 1}),
-             ((2, 5, 1, 11, 14, 3), None, {"mg": 5, "r": 4, "nt": 64, "stage": 1}),
-             ((3, 4, 1, 14, 13, 3), ("tanh", 2), {"mg": 2, "r": 2, "nt": 32, "stage": 1}),
-             ((2, 4, 1, 15, 16, 3), ("relu", 2), {"mg": 4, "r": 4, "rows": 2, "nt": 32, "stage": 1})]
+             ((1, 4, 1, 15, 16, 3), ("relu", 2), {"mg": 4, "r": 2, "rows": 2, "chunk": 3})]
     for shape, fusion, config in cases:
         x, w, b = _data(shape, seed=sum(shape), bias=True, unit=True)
         ref = _reference(x, w, b, *(fusion or (None, None)))
@@ -363,8 +357,6 @@ def test_emulated_direct_tiles_pieces_and_alignment(emulation):
     assert shifted.data_ptr() % 16 != 0
     _check(cuda_direct.prepare(w, None, config={"mg": 4, "r": 4}), shifted, _reference(x, w, None), 1e-5,
            "direct misaligned")
-    _check(cuda_direct.prepare(w, None, config={"mg": 2, "r": 4, "nt": 32, "stage": 1}), shifted,
-           _reference(x, w, None), 1e-5, "direct staged, misaligned")
 
 
 @needs_cxx
@@ -451,23 +443,3 @@ def test_tc_rows_planning():
     for (M, C, H, W, K, precision), config in cuda_tc.TUNED.items():
         cuda_tc.plan_any(M, C, H, W, K, precision, config)   # every tuned entry is a valid plan
 
-
-def test_direct_stage_buffer_covers_every_tile():
-    """The staged kernel's buffer (direct.cu's SROWS_NEEDED, computed again on the host) holds every input row
-    that the items of any tile read, counted item by item over a few batches and layer shapes."""
-    from convforge.conv import cuda_direct
-    cases = [((50, 1, 28, 28, 5), 1, {"mg": 13, "r": 4, "nt": 128}), ((50, 1, 28, 28, 5), 2, {"mg": 7, "r": 2, "nt": 128}),
-             ((6, 1, 48, 48, 5), 1, {"mg": 6, "r": 4, "nt": 256}), ((4, 1, 15, 16, 3), 2, {"mg": 4, "r": 4, "rows": 2, "nt": 32}),
-             ((6, 1, 12, 16, 5), 1, {"mg": 3, "r": 4, "nt": 32}), ((4, 1, 9, 30, 7), 1, {"mg": 4, "r": 8, "nt": 64})]
-    for (M, C, H, W, K), pool, config in cases:
-        cfg = cuda_direct.plan(M, C, H, W, K, pool, dict(config, stage=1))
-        hp, wp = (H - K + 1) // pool, (W - K + 1) // pool
-        rt, ny, nx = cfg.rows * pool, hp // cfg.rows, -(-wp // (cfg.r // pool))
-        for batch in (1, 2, 7):
-            items = batch * ny * nx
-            for t in range(-(-items // cfg.nt)):
-                first = [(i // nx // ny) * H + (i // nx % ny) * rt for i in range(t * cfg.nt, min(items, (t + 1) * cfg.nt))]
-                span = max(first) + rt + K - 1 - first[0]
-                assert span * W <= cuda_direct.stage_floats(H, W, K, pool, cfg), ((M, H, W, K), pool, batch, t)
-    with pytest.raises(ValueError, match="one input channel"):
-        cuda_direct.plan(16, 6, 30, 30, 5, 1, {"mg": 8, "r": 4, "stage": 1})

@@ -20,9 +20,9 @@ Launch shapes: ``TUNED`` holds the measured fastest (mg, r, nt) per preset layer
 ``scripts/direct_sweep.py``); other shapes use ``default_config``. ``candidate_configs`` lists what the
 sweep times. Further knobs, each off by default and timed only as sweep variants: ``rows`` (several stored
 rows per thread, so each constant-bank weight and each input row feed more FFMAs), ``chunk`` (one-channel
-layers: several row tiles per thread in sequence, each input row loaded once and the next tile's rows
-prefetched), ``stage`` (one-channel layers: persistent blocks that copy each tile's input rows into shared
-memory with cp.async, the next tile's while this one computes), ``minb``, ``uc``, ``cs``.
+layers: several row tiles per thread in sequence down its strip, each input row loaded once; it wins on
+the pooled fa17 and sp18 first layers, and loses on every plain layer, where a warp's stores then land in
+several row runs instead of one), ``minb``, ``uc``, ``cs``.
 """
 
 from __future__ import annotations
@@ -46,7 +46,9 @@ unavailable_reason = cc.unavailable_reason
 # Comments: that run's median and cuda-auto's then choice (% of floor against the H200 ceilings, 4.18 TB/s and
 # 50.9 TFLOP/s, so understated for the H100's lower bandwidth). Entries marked "H200" were re-swept on an NVIDIA
 # H200 (same day; benchmarks/h200-2026-11-21-session4/, with strips of 3 and 6 columns) and changed where the
-# new shape beat the H100 one by 3 % or more in the same run.
+# new shape beat the H100 one by 3 % or more in the same run. "session 6": the chunk knob, swept on an H200
+# (benchmarks/h200-2026-11-21-session6/sweep_chunk.json, sweep_stage.json) and adopted by the same rule (sp18 L1
+# pooled gained 2.4 %, so it stays).
 TUNED: dict[tuple[int, int, int, int, int, int], dict] = {
     (4, 1, 86, 86, 7, 1): {'mg': 4, 'r': 8, 'nt': 128},  # fa20 L1: 0.571 ms, 86 % of floor; cuda-auto (cuda-fused-layer) 0.729
     (4, 1, 86, 86, 7, 2): {'mg': 4, 'r': 4, 'nt': 128},  # fa20 L1: 0.530 ms, 93 % of floor; cuda-auto (cuda-fused-layer) 0.739
@@ -65,7 +67,7 @@ TUNED: dict[tuple[int, int, int, int, int, int], dict] = {
     (24, 12, 33, 33, 5, 1): {'mg': 8, 'r': 8, 'nt': 256},  # fa19 L2: 3.537 ms, 67 % of floor; cuda-auto (cuda-fused-gemm) 3.247
     (24, 12, 33, 33, 7, 1): {'mg': 24, 'r': 4, 'nt': 256},  # fa18 L2: 7.195 ms, 56 % of floor; cuda-auto (cuda-fused-gemm) 4.732
     (50, 1, 28, 28, 5, 1): {'mg': 13, 'r': 4, 'nt': 128},  # fa17 L1: H200 0.399 ms, 71 %; H100-tuned mg=17 r=4 0.430 ms
-    (50, 1, 28, 28, 5, 2): {'mg': 7, 'r': 2, 'nt': 128},  # fa17 L1: 0.459 ms, 62 % of floor; cuda-auto (cuda-fused-layer) 0.530
+    (50, 1, 28, 28, 5, 2): {'mg': 10, 'r': 2, 'nt': 128, 'chunk': 4},  # fa17 L1: H200 session 6 0.384 ms, 74 %; mg=7 chunk 1 0.445
 }
 
 
@@ -78,9 +80,7 @@ class DirectConfig:
     minb: int = 0      # > 0: __launch_bounds__ minimum blocks per SM (trades registers for occupancy)
     uc: int = -1       # channel loop: 1 unrolled, 0 rolled, -1 unrolled while the code stays under UNROLLED_FFMA_LIMIT
     rows: int = 1      # stored rows per thread (each weight and input row then serves rows x more FFMAs)
-    chunk: int = 1     # one channel: row tiles per thread, one after another (input rows loaded once, prefetched)
-    stage: int = 0     # one channel: persistent blocks; each tile's input rows copied to shared memory (cp.async),
-                       # the next tile's while this one is computed
+    chunk: int = 1     # one channel: row tiles per thread, one after another (each input row loaded once)
 
     @staticmethod
     def coerce(config: Union["DirectConfig", dict, None]) -> Optional["DirectConfig"]:
@@ -104,8 +104,6 @@ def check_config(M: int, C: int, H: int, W: int, K: int, pool: int, cfg: DirectC
     if cfg.chunk < 1 or (cfg.chunk > 1 and (C != 1 or (hp // cfg.rows) % cfg.chunk)):
         raise ValueError(f"chunk={cfg.chunk} needs one input channel (C={C}) and must divide the "
                          f"{hp // cfg.rows} row tiles")
-    if cfg.stage not in (0, 1) or (cfg.stage and (C != 1 or cfg.chunk > 1)):
-        raise ValueError(f"stage={cfg.stage} must be 0 or 1, and 1 needs one input channel (C={C}) and chunk=1")
     if _accumulators(pool, cfg) > MAX_ACCUMULATORS:
         raise ValueError(f"rows*pool*r*mg = {_accumulators(pool, cfg)} accumulators exceed {MAX_ACCUMULATORS}")
     if cfg.nt % 32 or not 32 <= cfg.nt <= 1024:
@@ -126,16 +124,6 @@ def _accumulators(pool: int, cfg: DirectConfig) -> int:
 def _balanced(M: int, mg: int) -> int:
     """The same number of groups with the maps spread evenly (50 maps in groups of 16 -> 4 groups of 13)."""
     return cc.cdiv(M, cc.cdiv(M, mg))
-
-
-def stage_floats(H: int, W: int, K: int, pool: int, cfg: DirectConfig) -> int:
-    """Floats of one shared staging buffer of the ``stage`` kernel (direct.cu's SROWS_NEEDED rows, rounded to 4)."""
-    hp, wp = _stored(H, W, K, pool)
-    rt = cfg.rows * pool
-    ny, nx = hp // cfg.rows, cc.cdiv(wp, cfg.r // pool)
-    dt = (cfg.nt - 1) // nx + 1
-    rows = dt * rt + (dt // ny + 1) * (H - ny * rt) + rt + K - 1
-    return cc.cdiv(rows * W, 4) * 4
 
 
 def default_config(M: int, C: int, H: int, W: int, K: int, pool: int = 1) -> DirectConfig:
@@ -194,8 +182,7 @@ def spec(C: int, H: int, W: int, K: int, pool: int, activation: int, cfg: Direct
                             CF_NT=cfg.nt, CF_VEC=vec, CF_UNROLL_C=int(unroll), CF_STREAM_STORES=cfg.cs,
                             **({"CF_MINB": cfg.minb} if cfg.minb else {}),
                             **({"CF_RT": cfg.rows * pool} if cfg.rows > 1 else {}),
-                            **({"CF_CHUNK": cfg.chunk} if cfg.chunk > 1 else {}),
-                            **({"CF_STAGE": 1} if cfg.stage else {}), CF_POOL=pool, CF_ACT=activation,
+                            **({"CF_CHUNK": cfg.chunk} if cfg.chunk > 1 else {}), CF_POOL=pool, CF_ACT=activation,
                             CF_INSTANCE=instance)
 
 
@@ -228,10 +215,6 @@ class DirectLayer:
         self.hp, self.wp = _stored(H, W, K, pool)
         self.nx = cc.cdiv(self.wp, self.cfg.r // pool)
         self.device = weight.device
-        if self.cfg.stage:   # two staging buffers; the grid is capped at the resident blocks (per kernel)
-            self.smem = 8 * stage_floats(H, W, K, pool, self.cfg)
-            self.sm_count = cc.device_info(self.device).sm_count
-            self.grid_cap: dict = {}
         self.banks = []   # per piece: weights [c][p][q][map] then biases, copied into each module's bank
         for m0, maps in self.pieces:
             tail = bias[m0:m0 + maps] if bias is not None else torch.zeros(maps, device=self.device)
@@ -276,15 +259,8 @@ class DirectLayer:
             vec = _alignment(xs, ys)
             blocks = cc.cdiv(nb * items_per_image, nt)
             for piece, (groups, m_arg, m0_arg) in enumerate(self.launch_args):
-                kernel = self.kernel(piece, vec)
-                args = (cc.ptr(ys), cc.ptr(xs), cc.i32(nb), m_arg, m0_arg)
-                if self.cfg.stage:   # persistent blocks over (group, tile) units
-                    cap = self.grid_cap.get(kernel)
-                    if cap is None:
-                        cap = self.grid_cap[kernel] = self.sm_count * max(1, kernel.blocks_per_sm(nt, self.smem))
-                    kernel((min(blocks * groups, cap), 1, 1), (nt, 1, 1), args, shared_mem=self.smem)
-                else:
-                    kernel((blocks, groups, 1), (nt, 1, 1), args)
+                self.kernel(piece, vec)((blocks, groups, 1), (nt, 1, 1),
+                                        (cc.ptr(ys), cc.ptr(xs), cc.i32(nb), m_arg, m0_arg))
         return cc.finish(y, result)
 
 

@@ -1,4 +1,4 @@
-// Asynchronous 4- and 16-byte global -> shared copies (cp.async, sm_80+), shared by the kernels that stage their
+// Asynchronous 4-byte global -> shared copies (cp.async, sm_80+), shared by the kernels that stage their
 // input: a staging loop issues every copy of a tile without waiting on any (a plain load + store
 // serialises one device-memory latency per element or row); out-of-range elements are zero-filled
 // (src-size 0). The host emulation copies synchronously. Included textually by cuda_common.load_source
@@ -14,18 +14,6 @@ __device__ __forceinline__ void copy_async4(float* dst, const float* src, bool v
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" :: "r"(d), "l"(src), "r"(valid ? 4 : 0) : "memory");
 #else
     *dst = valid ? *src : 0.0f;
-#endif
-}
-
-// 16-byte copy (both addresses 16-byte aligned); .cg: through L2 only, the staged data is not re-read from L1
-__device__ __forceinline__ void copy_async16(float* dst, const float* src)
-{
-#if defined(__CUDA_ARCH__)
-    unsigned d;
-    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(d) : "l"(dst));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(d), "l"(src) : "memory");
-#else
-    for (int i = 0; i < 4; ++i) dst[i] = src[i];
 #endif
 }
 

@@ -29,11 +29,10 @@
 // whose stored rows divide the stored height; more rows share each weight and input row), CF_NT (threads
 // per block), CF_VEC (largest vector width in floats the pointers allow: 4, 2 or 1), CF_UNROLL_C,
 // CF_STREAM_STORES, CF_MINB (minimum blocks per SM for __launch_bounds__, 0 for none), CF_CHUNK (row tiles
-// per thread, one channel only: each input row is loaded once for the K tiles that read it, and the next
-// tile's rows are in flight during this tile's FFMAs), CF_POOL, CF_ACT, CF_INSTANCE.
+// per thread, one channel only: each input row is loaded once for the tiles that read it), CF_POOL, CF_ACT,
+// CF_INSTANCE.
 
 #include "activation.cuh"
-#include "async_copy.cuh"
 
 #ifndef CF_INSTANCE
 #define CF_INSTANCE 0
@@ -98,57 +97,25 @@ static_assert(RT % P == 0 && HP % RTP == 0, "CF_RT must be a multiple of CF_POOL
 static_assert(CH == 1 || (C == 1 && (HP / RTP) % CH == 0), "CF_CHUNK > 1 needs one channel and must divide the row tiles");
 static_assert(BIAS + MP <= CF_CONST_FLOATS, "weights and bias must fit the constant bank");
 
-// One input row's SPAN values from column x0; Shared: the row is in the block's staged copy (plain loads, as
-// __ldg is for global memory only).
-template <bool Shared = false>
-__device__ __forceinline__ float load1(const float* p) { if constexpr (Shared) return *p; else return __ldg(p); }
-
-template <bool Shared = false>
 __device__ __forceinline__ void load_row(float (&v)[NL * VL], const float* __restrict__ row, int x0)
 {
     if constexpr (VL == 4) {
 #pragma unroll
         for (int l = 0; l < NL; ++l) {
-            const float4* const a = reinterpret_cast<const float4*>(row + x0) + l;
-            const float4 t = Shared ? *a : __ldg(a);
+            const float4 t = __ldg(reinterpret_cast<const float4*>(row + x0) + l);
             v[4 * l] = t.x; v[4 * l + 1] = t.y; v[4 * l + 2] = t.z; v[4 * l + 3] = t.w;
         }
     } else if constexpr (VL == 2) {
 #pragma unroll
         for (int l = 0; l < NL; ++l) {
-            const float2* const a = reinterpret_cast<const float2*>(row + x0) + l;
-            const float2 t = Shared ? *a : __ldg(a);
+            const float2 t = __ldg(reinterpret_cast<const float2*>(row + x0) + l);
             v[2 * l] = t.x; v[2 * l + 1] = t.y;
         }
     } else {
 #pragma unroll
         for (int e = 0; e < SPAN; ++e)   // a partial strip re-reads the row's last value (never stored)
-            v[e] = load1<Shared>(row + (TAIL ? min(x0 + e, W - 1) : x0 + e));
+            v[e] = __ldg(row + (TAIL ? min(x0 + e, W - 1) : x0 + e));
     }
-}
-
-// load_row for a prefetch: on the GPU the loads are volatile asm with a memory clobber, so the compiler
-// keeps them where they are written (ahead of the FFMAs they are meant to overlap) instead of sinking
-// them down to their first use.
-__device__ __forceinline__ void prefetch_row(float (&v)[NL * VL], const float* __restrict__ row, int x0)
-{
-#if defined(__CUDA_ARCH__)
-    if constexpr (VL == 4) {
-#pragma unroll
-        for (int l = 0; l < NL; ++l)
-            asm volatile("ld.global.nc.v4.f32 {%0, %1, %2, %3}, [%4];"
-                         : "=f"(v[4 * l]), "=f"(v[4 * l + 1]), "=f"(v[4 * l + 2]), "=f"(v[4 * l + 3])
-                         : "l"(row + x0 + 4 * l) : "memory");
-        return;
-    } else if constexpr (VL == 2) {
-#pragma unroll
-        for (int l = 0; l < NL; ++l)
-            asm volatile("ld.global.nc.v2.f32 {%0, %1}, [%2];"
-                         : "=f"(v[2 * l]), "=f"(v[2 * l + 1]) : "l"(row + x0 + 2 * l) : "memory");
-        return;
-    }
-#endif
-    load_row(v, row, x0);
 }
 
 // Output stores; CF_STREAM_STORES marks them evict-first (st.global.cs): the output is not read again here.
@@ -234,9 +201,8 @@ __device__ __forceinline__ void store_tile(float* __restrict__ y, const float (&
 }
 
 // One map group's work item: maps G*MG .. G*MG+GM-1 of this piece, row tiles ty0 .. ty0+CH-1 of image b;
-// xb is the item's first input row (channel 0) in global memory or, Shared, in the block's staged copy
-// (one channel: rows W floats apart).
-template <int G, bool Shared>
+// xb is the item's first input row (channel 0).
+template <int G>
 __device__ __forceinline__ void tile(float* __restrict__ y, const float* __restrict__ xb, int b, int ty0,
                                      int strip, int M, int m0)
 {
@@ -250,7 +216,7 @@ __device__ __forceinline__ void tile(float* __restrict__ y, const float* __restr
 #pragma unroll
             for (int i = 0; i < RT + K - 1; ++i) {
                 float v[NL * VL];
-                load_row<Shared>(v, xb + (c * H + i) * W, x0);
+                load_row(v, xb + (c * H + i) * W, x0);
                 row_taps<G>(acc, v, c, i);
             }
         }
@@ -258,8 +224,9 @@ __device__ __forceinline__ void tile(float* __restrict__ y, const float* __restr
     } else {
         // One channel, CH row tiles down the strip in a rolled loop: a window of the RT + K - 1 input rows
         // the current tile reads stays in registers and slides by RT rows per tile, so each input row is
-        // loaded once; the rows the next tile adds are loaded before this tile's FFMAs, so their latency
-        // hides behind them (the loop is not unrolled, which keeps the compiler from hoisting every load).
+        // loaded once instead of once per tile that reads it (K + RT - 1 loads per RT rows become RT). The
+        // next tile's rows are written to be loaded before this tile's FFMAs, but ptxas places those loads
+        // after them (sm_90 SASS, nvcc 13.0); the measured gain (fa17 L1 pooled) is the load reuse.
         float rows[RT + K - 1][NL * VL];
 #pragma unroll
         for (int i = 0; i < RT + K - 1; ++i) load_row(rows[i], xb + i * W, x0);
@@ -269,7 +236,7 @@ __device__ __forceinline__ void tile(float* __restrict__ y, const float* __restr
 #pragma unroll
             for (int i = 0; i < RT; ++i) {
                 if (k + 1 < CH) {
-                    prefetch_row(next[i], xb + ((k + 1) * RT + K - 1 + i) * W, x0);
+                    load_row(next[i], xb + ((k + 1) * RT + K - 1 + i) * W, x0);
                 } else {
 #pragma unroll
                     for (int e = 0; e < NL * VL; ++e) next[i][e] = 0.0f;   // past the chunk: never read
@@ -288,111 +255,33 @@ __device__ __forceinline__ void tile(float* __restrict__ y, const float* __restr
     }
 }
 
-// group g -> tile<G>: a chain of uniform branches, one compile-time code path per group.
-template <int G, bool Shared>
+// blockIdx.y -> tile<G>: a chain of uniform branches, one compile-time code path per group.
+template <int G>
 struct Groups {
     static __device__ __forceinline__ void run(int g, float* __restrict__ y, const float* __restrict__ xb, int b,
                                                int ty, int strip, int M, int m0)
     {
-        if (g == G) tile<G, Shared>(y, xb, b, ty, strip, M, m0);
-        else Groups<G - 1, Shared>::run(g, y, xb, b, ty, strip, M, m0);
+        if (g == G) tile<G>(y, xb, b, ty, strip, M, m0);
+        else Groups<G - 1>::run(g, y, xb, b, ty, strip, M, m0);
     }
 };
 
-template <bool Shared>
-struct Groups<-1, Shared> {
+template <>
+struct Groups<-1> {
     static __device__ __forceinline__ void run(int, float*, const float*, int, int, int, int, int) {}
 };
 
-// CF_STAGE: the block's NT consecutive items read input rows that form one contiguous run of the
-// (one-channel) input, at most SROWS rows: their row tiles span DT + 1 tiles, crossing at most DT / NY + 1
-// image boundaries, each of which skips the H - NY * RT rows no tile starts in.
-constexpr int DT = (CF_NT - 1) / NX + 1;
-constexpr int SROWS_NEEDED = DT * RT + (DT / NY + 1) * (H - NY * RT) + RT + K - 1;
-#ifndef CF_SROWS
-#define CF_SROWS SROWS_NEEDED
-#endif
-constexpr int SFLOATS = (CF_SROWS * W + 3) / 4 * 4;   // one staging buffer, 16-byte multiple
-constexpr int CW = (CF_VEC >= 4 && W % 4 == 0) ? 4 : 1;   // copy width: 16-byte copies need aligned rows
-
-// Flat input row (image * H + row) of tile t's first item.
-__device__ __forceinline__ long long first_row(int t)
-{
-    const int T = t * CF_NT / NX;   // row tile index over the whole batch
-    return (long long)(T / NY) * H + (T % NY) * RT;
-}
-
-// Issue the copies of tile t's input run into dst (rows past the batch's last are not copied; no item
-// reads them).
-__device__ __forceinline__ void stage_rows(float* dst, const float* __restrict__ x, int t, int B)
-{
-    const long long f0 = first_row(t);
-    const long long left = (long long)B * H - f0;
-    const int n = (int)(left < CF_SROWS ? left : CF_SROWS) * W;
-    const float* const src = x + f0 * W;
-    if constexpr (CW == 4) {
-        for (int i = 4 * threadIdx.x; i < n; i += 4 * CF_NT) copy_async16(dst + i, src + i);
-    } else {
-        for (int i = threadIdx.x; i < n; i += CF_NT) copy_async4(dst + i, src + i, true);
-    }
-}
-
 }  // namespace
 
-#ifndef CF_STAGE
-#define CF_STAGE 0
-#endif
-static_assert(!CF_STAGE || (C == 1 && CH == 1), "CF_STAGE needs one channel and no chunk");
-static_assert(!CF_STAGE || CF_SROWS >= SROWS_NEEDED, "CF_SROWS is below what a tile's items read");
-
 // y: (B, M, HP, WP) (HP, WP = HO, WO when CF_POOL == 1); x: (B, C, H, W). B * NY * NX < 2^31 (the host
-// splits larger batches).
-// CF_STAGE 0: one item per thread; grid x = ceil(B * NY * NX / CF_NT), y = map groups of this piece.
-// CF_STAGE 1: persistent blocks (grid x = resident blocks, y = 1) walk units (map group, tile of CF_NT
-// consecutive items), group-major, so the blocks running at one time share one group's code; the next
-// unit's input rows are copied into the other shared buffer (cp.async) while this one's are computed.
-// Dynamic shared memory: 2 * SFLOATS floats.
+// splits larger batches). Grid: x = ceil(B * NY * NX / CF_NT), y = map groups of this piece.
 extern "C" __global__ void CF_BOUNDS
 conv_direct(float* __restrict__ y, const float* __restrict__ x, int B, int M, int m0)
 {
-#if CF_STAGE
-    extern __shared__ float4 stage4[];
-    float* const st = reinterpret_cast<float*>(stage4);
-#if defined(__CUDA_ARCH__)
-    if (threadIdx.x == 0) {   // the host computes the same size; a mismatch would read past shared memory
-        unsigned dyn;
-        asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
-        if (dyn < 8u * SFLOATS) __trap();
-    }
-#endif
-    const int items = B * NY * NX;
-    const int tiles = (items + CF_NT - 1) / CF_NT;
-    const int units = tiles * NG;
-    int u = blockIdx.x;
-    if (u < units) stage_rows(st, x, u % tiles, B);
-    copy_commit();
-    int buf = 0;
-    for (; u < units; u += gridDim.x) {
-        const int un = u + gridDim.x;
-        if (un < units) stage_rows(st + (buf ^ 1) * SFLOATS, x, un % tiles, B);
-        copy_commit();
-        copy_wait<1>();                 // this unit's copies (the older group) landed
-        __syncthreads();                // ... everyone's
-        const int t = u % tiles, item = t * CF_NT + threadIdx.x;
-        if (item < items) {
-            const int strip = item % NX, T = item / NX, b = T / NY, ty = T % NY;
-            const float* const xb = st + buf * SFLOATS + ((long long)b * H + ty * RT - first_row(t)) * W;
-            Groups<NG - 1, true>::run(u / tiles, y, xb, b, ty, strip, M, m0);
-        }
-        __syncthreads();                // every thread is done with this buffer before it refills
-        buf ^= 1;
-    }
-#else
     const int item = blockIdx.x * CF_NT + threadIdx.x;
     if (item >= B * NY * NX) return;
     const int strip = item % NX;
     const int rest = item / NX;
     const int b = rest / NY, ty0 = (rest % NY) * CH;
-    Groups<NG - 1, false>::run(blockIdx.y, y, x + (long long)b * (C * H * W) + (ty0 * RT) * W, b, ty0, strip, M, m0);
-#endif
+    Groups<NG - 1>::run(blockIdx.y, y, x + (long long)b * (C * H * W) + (ty0 * RT) * W, b, ty0, strip, M, m0);
 }
