@@ -1,11 +1,12 @@
 """Time the tensor-core kernels' launch shapes (gather and rows) on every preset layer, B = 10000.
 
-    python3 scripts/tc_sweep.py [--layers "fa20 L1,fa17 L1"] [--batch 10000] [--json out.json] [--epi]
+    python3 scripts/tc_sweep.py [--layers "fa20 L1,fa17 L1"] [--batch 10000] [--json out.json] [--epi] [--configs JSON | --variants K=V,...;...]
 
 Development tool behind cuda_tc.TUNED: prints, per layer and precision, each configuration's relative
 error (vs float64 on 2 images) and median ms (CUDA events, 10 runs after warm-up), then the winner, next to
 cuda-fused-gemm and cuda-direct (the exact kernels) in the same process. --epi: each rows configuration
-also with the staged epilogue (epi=1).
+also with the staged epilogue (epi=1). --configs '[{...}, ...]': time exactly these configurations instead; --variants "cs=1;rm=4,nt=256": each
+layer's tuned configuration (cuda_tc.TUNED, else the default kernel) and it with those fields changed.
 """
 import argparse
 import json
@@ -14,10 +15,15 @@ import multiprocessing
 import torch
 
 from convforge.conv import cuda_direct, cuda_fused_gemm, cuda_tc
-from convforge.conv.cuda_smoke import compile_spec, preset_layers, reference, rel_error, time_ms
+from convforge.conv.cuda_smoke import compile_spec, parse_variants, preset_layers, reference, rel_error, time_ms
 
 
-def layer_configs(M, C, H, W, K, epi=False):
+def layer_configs(M, C, H, W, K, epi=False, only=None, variants=None, precision=None):
+    if only is not None:   # --configs: exactly these
+        return [dict(c) for c in only]
+    if variants is not None:   # --variants: the tuned (or default) configuration, then with each variant's fields
+        base = dict(cuda_tc.TUNED.get((M, C, H, W, K, precision)) or {"kernel": cuda_tc.default_kernel(C, K)})
+        return [base] + [dict(base, **v) for v in variants]
     configs = [{"kernel": "gather"}]
     if K <= 9:
         configs += [{"kernel": "rows", "nc": nc, "nt": nt} for nc in (1, 2, 4) for nt in (64, 128, 256)]
@@ -39,14 +45,19 @@ def main():
     p.add_argument("--json", default="")
     p.add_argument("--jobs", type=int, default=16)
     p.add_argument("--epi", action="store_true", help="also every rows configuration with epi=1")
+    p.add_argument("--configs", default="", help="a JSON list of configurations to time instead of the default list")
+    p.add_argument("--variants", default=None, metavar="K=V[,K=V];...",
+                   help="instead: each layer's tuned configuration, and it with these fields changed")
     a = p.parse_args()
+    only = json.loads(a.configs) if a.configs else None
+    variants = parse_variants(a.variants) if a.variants is not None else None
     wanted = {s.strip() for s in a.layers.split(",") if s.strip()}
     layers = [l for l in preset_layers() if not wanted or l[0] in wanted]
     if a.jobs > 1:  # fill the kernel disk cache in parallel first
         specs = set()
         for label, shape, _ in layers:
-            for cfg in layer_configs(*shape, epi=a.epi):
-                for precision in cuda_tc.PRECISIONS:
+            for precision in cuda_tc.PRECISIONS:
+                for cfg in layer_configs(*shape, epi=a.epi, only=only, variants=variants, precision=precision):
                     try:
                         specs.add(cuda_tc.plan_any(*shape, precision, cfg).spec())
                     except ValueError:
@@ -67,7 +78,7 @@ def main():
         print(f"{label}: cuda-fused-gemm {exact_ms:.3f} ms, cuda-direct {direct_ms:.3f} ms", flush=True)
         for precision in cuda_tc.PRECISIONS:
             best = None
-            for cfg in layer_configs(M, C, H, W, K, epi=a.epi):
+            for cfg in layer_configs(M, C, H, W, K, epi=a.epi, only=only, variants=variants, precision=precision):
                 try:
                     fn = cuda_tc.prepare(w, b, precision=precision, config=cfg)
                     err = rel_error(fn(x2), ref)

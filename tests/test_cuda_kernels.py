@@ -374,6 +374,18 @@ def test_emulated_launch_configs(emulation):
 
 
 @needs_cxx
+def test_emulated_tc_gather_streaming_stores(emulation):
+    """The gather kernel with evict-first output stores (cs=1), both precisions, an odd layer."""
+    from convforge.conv import cuda_tc
+    shape = (2, 10, 3, 11, 13, 5)
+    x, w, b = _data(shape, seed=77, bias=True)
+    for precision in cuda_tc.PRECISIONS:
+        fn = cuda_tc.prepare(w, b, precision=precision, config={"kernel": "gather", "rm": 1, "nt": 64, "cs": 1})
+        assert fn.layer_for(shape[3], shape[4]).geom.cs == 1
+        _check(fn, x, _reference(x, w, b), 1e-2, f"tc gather cs=1 {precision}")
+
+
+@needs_cxx
 @pytest.mark.slow
 def test_emulated_tc_rows_kernel(emulation):
     """The tensor-core rows kernel (banded filter rows): several images per unit, odd widths, more than one
@@ -387,7 +399,9 @@ def test_emulated_tc_rows_kernel(emulation):
              # the staged epilogue: output widths of 4k (16-byte rows), 4k+2 and odd, 1 to 4 column tiles
              ((2, 4, 1, 20, 20, 5), {"epi": 1, "nc": 4}), ((3, 5, 1, 13, 19, 7), {"epi": 1, "nc": 2, "ib": 2}),
              ((2, 3, 1, 12, 14, 3), {"epi": 1, "nc": 1}), ((2, 6, 2, 11, 17, 5), {"epi": 1, "nc": 3, "mt": 2}),
-             ((5, 4, 1, 10, 16, 3), {"epi": 1, "nt": 64, "pipe": 2}))
+             ((5, 4, 1, 10, 16, 3), {"epi": 1, "nt": 64, "pipe": 2}),
+             # evict-first stores on both epilogues; 5 column tiles per warp tile
+             ((2, 4, 1, 20, 45, 5), {"epi": 1, "nc": 5, "cs": 1}), ((2, 3, 1, 12, 15, 3), {"nc": 5, "cs": 1}))
     for i, (shape, config) in enumerate(cases):
         x, w, b = _data(shape, seed=200 + i, bias=i % 2 == 0)
         for precision in cuda_tc.PRECISIONS:

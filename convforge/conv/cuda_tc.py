@@ -87,6 +87,7 @@ class TcGeometry(LayerShape):
     round: int = 1
     xsmem: bool = True
     bsmem: bool = True
+    cs: int = 0                 # 1: evict-first (streaming) output stores
 
     @property
     def kstep(self): return 16 if self.precision == "fp16" else 8
@@ -110,7 +111,8 @@ class TcGeometry(LayerShape):
     def spec(self) -> cc.KernelSpec:
         return cc.KernelSpec.of(SOURCE, CF_M=self.M, CF_C=self.C, CF_H=self.H, CF_W=self.W, CF_K=self.K,
                                 CF_PREC=1 if self.precision == "fp16" else 0, CF_RM=self.rm, CF_NT=self.nt,
-                                CF_XSMEM=int(self.xsmem), CF_BSMEM=int(self.bsmem), CF_TF32_ROUND=self.round)
+                                CF_XSMEM=int(self.xsmem), CF_BSMEM=int(self.bsmem), CF_TF32_ROUND=self.round,
+                                **({"CF_STREAM_STORES": 1} if self.cs else {}))
 
 
 def plan(M: int, C: int, H: int, W: int, K: int, precision: str, config: Optional[dict] = None,
@@ -118,12 +120,15 @@ def plan(M: int, C: int, H: int, W: int, K: int, precision: str, config: Optiona
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     cfg = {**DEFAULT_CONFIG, **(config or {})}
-    unknown = set(cfg) - {"rm", "nt", "round"}
+    unknown = set(cfg) - {"rm", "nt", "round", "cs"}
     if unknown:
         raise ValueError(f"unknown launch parameters {sorted(unknown)}")
     if cfg["rm"] < 1 or cfg["nt"] % 32 or not 32 <= cfg["nt"] <= 1024:
         raise ValueError(f"bad launch parameters {cfg}")
-    geom = TcGeometry(M, C, H, W, K, precision, int(cfg["rm"]), int(cfg["nt"]), int(cfg["round"]))
+    if int(cfg.get("cs", 0)) not in (0, 1):
+        raise ValueError(f"cs must be 0 (plain stores) or 1 (evict-first), got {cfg['cs']}")
+    geom = TcGeometry(M, C, H, W, K, precision, int(cfg["rm"]), int(cfg["nt"]), int(cfg["round"]),
+                      cs=int(cfg.get("cs", 0)))
     for xsmem, bsmem in ((True, True), (True, False), (False, True), (False, False)):
         g = replace(geom, xsmem=xsmem, bsmem=bsmem)
         if g.smem_bytes <= smem_optin:
@@ -141,6 +146,7 @@ class RowsGeometry(LayerShape):
     round: int = 1
     pipe: int = 1
     epi: int = 0                # 1: the epilogue stores rows through a per-warp shared scratch
+    cs: int = 0                 # 1: evict-first (streaming) output stores
     @property
     def mg(self): return cc.cdiv(self.M, self.mt)
     @property
@@ -168,7 +174,7 @@ class RowsGeometry(LayerShape):
         return cc.KernelSpec.of(ROWS_SOURCE, CF_M=self.M, CF_C=self.C, CF_H=self.H, CF_W=self.W, CF_K=self.K,
                                 CF_PREC=1 if self.precision == "fp16" else 0, CF_MT=self.mt, CF_NC=self.nc,
                                 CF_IB=self.ib, CF_NT=self.nt, CF_TF32_ROUND=self.round, CF_PIPE=self.pipe,
-                                CF_EPI=self.epi)
+                                CF_EPI=self.epi, **({"CF_STREAM_STORES": 1} if self.cs else {}))
 
 
 def _rows_maps_per_tile(M: int, nc: int) -> int:
@@ -186,7 +192,7 @@ def plan_rows(M: int, C: int, H: int, W: int, K: int, precision: str, config: Op
         raise ValueError(f"the rows kernel needs K <= 9 (got {K}); use kernel='gather'")
     cfg = dict(config or {})
     cfg.pop("kernel", None)
-    unknown = set(cfg) - {"mt", "nc", "ib", "nt", "round", "pipe", "epi"}
+    unknown = set(cfg) - {"mt", "nc", "ib", "nt", "round", "pipe", "epi", "cs"}
     if unknown:
         raise ValueError(f"unknown launch parameters {sorted(unknown)}")
     nc = int(cfg.get("nc", 2))
@@ -200,7 +206,10 @@ def plan_rows(M: int, C: int, H: int, W: int, K: int, precision: str, config: Op
     epi = int(cfg.get("epi", 0))
     if epi not in (0, 1):
         raise ValueError(f"epi must be 0 (fragment stores) or 1 (rows through shared memory), got {epi}")
-    base = RowsGeometry(M, C, H, W, K, precision, mt, nc, 1, nt, int(cfg.get("round", 1)), pipe, epi)
+    cs = int(cfg.get("cs", 0))
+    if cs not in (0, 1):
+        raise ValueError(f"cs must be 0 (plain stores) or 1 (evict-first), got {cs}")
+    base = RowsGeometry(M, C, H, W, K, precision, mt, nc, 1, nt, int(cfg.get("round", 1)), pipe, epi, cs)
     if "ib" in cfg:
         geoms = [replace(base, ib=int(cfg["ib"]))]
     else:  # images per unit: the least row waste in 16-row tiles, staying small enough for several blocks per SM

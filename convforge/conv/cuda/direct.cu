@@ -33,6 +33,7 @@
 // CF_INSTANCE.
 
 #include "activation.cuh"
+#include "stores.cuh"
 
 #ifndef CF_INSTANCE
 #define CF_INSTANCE 0
@@ -51,9 +52,6 @@
 #endif
 #ifndef CF_UNROLL_C
 #define CF_UNROLL_C 1
-#endif
-#ifndef CF_STREAM_STORES
-#define CF_STREAM_STORES 0
 #endif
 #ifndef CF_MINB
 #define CF_MINB 0
@@ -118,17 +116,6 @@ __device__ __forceinline__ void load_row(float (&v)[NL * VL], const float* __res
     }
 }
 
-// Output stores; CF_STREAM_STORES marks them evict-first (st.global.cs): the output is not read again here.
-template <class T>
-__device__ __forceinline__ void store(T* p, T v)
-{
-#if CF_STREAM_STORES
-    __stcs(p, v);
-#else
-    *p = v;
-#endif
-}
-
 // Accumulators of one tile of map group G: acc[conv row][column][map], started at the biases.
 template <int G, int GM>
 __device__ __forceinline__ void init_tile(float (&acc)[RT][R][GM])
@@ -186,16 +173,16 @@ __device__ __forceinline__ void store_tile(float* __restrict__ y, const float (&
         if constexpr (VS == 4) {
 #pragma unroll
             for (int s = 0; s < RP / 4; ++s)
-                store(reinterpret_cast<float4*>(dst) + s,
+                store_out(reinterpret_cast<float4*>(dst) + s,
                       make_float4(out[4 * s], out[4 * s + 1], out[4 * s + 2], out[4 * s + 3]));
         } else if constexpr (VS == 2) {
 #pragma unroll
             for (int s = 0; s < RP / 2; ++s)
-                store(reinterpret_cast<float2*>(dst) + s, make_float2(out[2 * s], out[2 * s + 1]));
+                store_out(reinterpret_cast<float2*>(dst) + s, make_float2(out[2 * s], out[2 * s + 1]));
         } else {
 #pragma unroll
             for (int jp = 0; jp < RP; ++jp)
-                if (!TAIL || strip * RP + jp < WP) store(dst + jp, out[jp]);
+                if (!TAIL || strip * RP + jp < WP) store_out(dst + jp, out[jp]);
         }
     }
 }

@@ -18,7 +18,9 @@
 // hardware truncates them),
 // FP16 11; products are exact and accumulate in fp32.
 // Constants: CF_M CF_C CF_H CF_W CF_K, CF_PREC (0 tf32, 1 fp16), CF_RM, CF_NT, CF_XSMEM, CF_BSMEM,
-// CF_TF32_ROUND.
+// CF_TF32_ROUND, CF_STREAM_STORES (evict-first output stores).
+
+#include "stores.cuh"
 
 #ifndef CF_PREC
 #define CF_PREC 0
@@ -223,8 +225,8 @@ conv_tc(float* __restrict__ y, const float* __restrict__ x, const unsigned* __re
                         if (m < M) {
                             const float bm = bias ? __ldg(bias + m) : 0.0f;
                             float* ym = y + (b * M + m) * (long long)P;
-                            if (p0 < P) ym[p0] = acc[i][n][e] + bm;
-                            if (p1 < P) ym[p1] = acc[i][n][2 + e] + bm;
+                            if (p0 < P) store_out(ym + p0, acc[i][n][e] + bm);
+                            if (p1 < P) store_out(ym + p1, acc[i][n][2 + e] + bm);
                         }
                     }
                 }

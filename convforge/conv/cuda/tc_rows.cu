@@ -32,9 +32,11 @@
 // store at NC = 4): fewer, fuller L2 write requests. ncu put L2 as the busiest unit of the epi 0 kernel on
 // fa20 L1 FP16 (L2 86 %, DRAM 51 %, SM 40 %); epi 1 took it from 0.558 to 0.528 ms (not profiled).
 // Constants: CF_M CF_C CF_H CF_W CF_K, CF_PREC (0 tf32, 1 fp16), CF_MT (maps per warp tile), CF_NC
-// (8-column tiles per warp tile), CF_IB (images per unit), CF_NT (threads), CF_TF32_ROUND, CF_PIPE, CF_EPI.
+// (8-column tiles per warp tile), CF_IB (images per unit), CF_NT (threads), CF_TF32_ROUND, CF_PIPE, CF_EPI,
+// CF_STREAM_STORES (evict-first output stores).
 
 #include "async_copy.cuh"
+#include "stores.cuh"
 
 #ifndef CF_PREC
 #define CF_PREC 0
@@ -317,15 +319,15 @@ conv_tc_rows(float* __restrict__ y, const float* __restrict__ x, const unsigned*
                         v.x += bm; v.y += bm; v.z += bm; v.w += bm;
                         float* const yc = y + (((long long)(b0 + img) * M + map) * HO + o) * WO + col;
                         if constexpr (WO % 4 == 0) {          // every row starts 16-byte aligned; col + 3 < WO
-                            *reinterpret_cast<float4*>(yc) = v;
+                            store_out(reinterpret_cast<float4*>(yc), v);
                         } else if constexpr (WO % 2 == 0) {
-                            *reinterpret_cast<float2*>(yc) = make_float2(v.x, v.y);
-                            if (col + 2 < WO) *reinterpret_cast<float2*>(yc + 2) = make_float2(v.z, v.w);
+                            store_out(reinterpret_cast<float2*>(yc), make_float2(v.x, v.y));
+                            if (col + 2 < WO) store_out(reinterpret_cast<float2*>(yc + 2), make_float2(v.z, v.w));
                         } else {
-                            yc[0] = v.x;
-                            if (col + 1 < WO) yc[1] = v.y;
-                            if (col + 2 < WO) yc[2] = v.z;
-                            if (col + 3 < WO) yc[3] = v.w;
+                            store_out(yc, v.x);
+                            if (col + 1 < WO) store_out(yc + 1, v.y);
+                            if (col + 2 < WO) store_out(yc + 2, v.z);
+                            if (col + 3 < WO) store_out(yc + 3, v.w);
                         }
                     }
                 }
@@ -343,10 +345,10 @@ conv_tc_rows(float* __restrict__ y, const float* __restrict__ x, const unsigned*
                         const int col = col0 + n * 8 + 2 * t;
                         const float v0 = acc[m][n][2 * half] + bm, v1 = acc[m][n][2 * half + 1] + bm;
                         if constexpr (WO % 2 == 0) {           // even rows: every pair is 8-byte aligned
-                            if (col < WO) *reinterpret_cast<float2*>(yr + col) = make_float2(v0, v1);
+                            if (col < WO) store_out(reinterpret_cast<float2*>(yr + col), make_float2(v0, v1));
                         } else {
-                            if (col < WO) yr[col] = v0;
-                            if (col + 1 < WO) yr[col + 1] = v1;
+                            if (col < WO) store_out(yr + col, v0);
+                            if (col + 1 < WO) store_out(yr + col + 1, v1);
                         }
                     }
                 }
