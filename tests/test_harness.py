@@ -522,3 +522,13 @@ def test_gpu_bench_rows_carry_the_sampled_clock():
     bench.time_calls(lambda t: t.mul_(1.0), [x], "cuda", repeat=20, load=load)
     assert 100 <= load["sm_clock_mhz_min"] <= load["sm_clock_mhz_median"] <= load["sm_clock_mhz_max"] < 5000
     assert load["power_w_max"] > 0 and load["temp_c_max"] > 0
+
+
+def test_environment_names_the_gpu_only_on_a_gpu():
+    """Bench rows say which physical GPU they ran on (its UUID) on CUDA, and carry no GPU fields on a CPU run."""
+    from convforge.harness import bench
+    env = bench.environment("cpu")
+    assert env["gpu"] is None and env["gpu_uuid"] is None
+    assert set(env) <= set(bench.ROW_KEYS)
+    if torch.cuda.is_available():
+        assert bench.environment("cuda")["gpu_uuid"].startswith("GPU-")

@@ -84,7 +84,7 @@ ROW_KEYS = ("kind", "model", "layer", "B", "M", "C", "H", "W", "K", "impl", "pre
             "median_ms", "p20_ms", "p80_ms", "repeats", "flops", "bytes", "gflops", "gbps", "floor_ms",
             "roofline_pct", "baseline", "baseline_ms", "speedup", "copy_gbps", "matmul_gflops",
             "machine", "cpu", "threads", "gpu", "torch", "cuda", "cudnn", "numba", "triton", "cupy", "python",
-            "date", "fma_gflops", "minflt_per_call", "loadavg_1m", "other_cpu_pct", "steal_pct", "thp_enabled",
+            "date", "gpu_uuid", "fma_gflops", "minflt_per_call", "loadavg_1m", "other_cpu_pct", "steal_pct", "thp_enabled",
             "thp_defrag", "torch_thp_alloc", *GPU_CLOCK_FIELDS)
 
 
@@ -392,6 +392,11 @@ def use_hugepages() -> None:
                     + (" (/proc/self/smaps shows no MADV_HUGEPAGE advice)" if os.environ.get(RESTARTED_ENV) else ""))
 
 
+def _gpu_uuid() -> Optional[str]:
+    uuid = getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "uuid", None)
+    return f"GPU-{uuid}" if uuid is not None else None
+
+
 def environment(device: str) -> dict:
     """Where and with what the rows were measured: the machine, library versions (None when absent), date,
     the transparent-huge-page settings and whether torch's allocator asks for huge pages."""
@@ -407,6 +412,8 @@ def environment(device: str) -> dict:
         **_package_versions(("numba", "triton", "cupy")),
         "python": platform.python_version(),
         "date": datetime.now().astimezone().isoformat(timespec="seconds"),
+        # which physical GPU (machines are lent per session, and the host name does not tell them apart)
+        "gpu_uuid": _gpu_uuid() if on_gpu else None,
         "thp_enabled": thp_setting("enabled"),
         "thp_defrag": thp_setting("defrag"),
         "torch_thp_alloc": torch_thp_alloc(),
