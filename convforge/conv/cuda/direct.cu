@@ -212,8 +212,9 @@ __device__ __forceinline__ void tile(float* __restrict__ y, const float* __restr
         // One channel, CH row tiles down the strip in a rolled loop: a window of the RT + K - 1 input rows
         // the current tile reads stays in registers and slides by RT rows per tile, so each input row is
         // loaded once instead of once per tile that reads it (K + RT - 1 loads per RT rows become RT). The
-        // next tile's rows are written to be loaded before this tile's FFMAs, but ptxas places those loads
-        // after them (sm_90 SASS, nvcc 13.0); the measured gain (fa17 L1 pooled) is the load reuse.
+        // next tile's rows are written before this tile's FFMAs, but ptxas schedules them where it likes (a
+        // volatile-asm version still had them after the FFMAs in sm_90 SASS, nvcc 13.0): the measured gain
+        // (fa17 L1 pooled) is the load reuse, not hidden latency.
         float rows[RT + K - 1][NL * VL];
 #pragma unroll
         for (int i = 0; i < RT + K - 1; ++i) load_row(rows[i], xb + i * W, x0);
@@ -237,7 +238,8 @@ __device__ __forceinline__ void tile(float* __restrict__ y, const float* __restr
 #pragma unroll
             for (int i = 0; i < RT + K - 1; ++i)
 #pragma unroll
-                for (int e = 0; e < NL * VL; ++e) rows[i][e] = i + RT < RT + K - 1 ? rows[i + RT][e] : next[i + RT - (RT + K - 1)][e];
+                for (int e = 0; e < NL * VL; ++e)   // slide the window by RT rows
+                    rows[i][e] = i + RT < RT + K - 1 ? rows[i + RT][e] : next[i + RT - (RT + K - 1)][e];
         }
     }
 }
