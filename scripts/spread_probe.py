@@ -22,7 +22,27 @@ p.add_argument("--layers", default="fa17 L1,sp18 L1,sp19 L1")
 p.add_argument("--impl", default="cuda-direct")
 p.add_argument("--loads", type=int, default=3, help="freshly prepared modules per layer")
 p.add_argument("--repeat", type=int, default=60)
+p.add_argument("--busy", action="store_true",
+               help="also time each call with the GPU kept busy (torch.cuda._sleep) while the host issues it, so the "
+                    "events bracket GPU time only, not the host's launch work")
 a = p.parse_args()
+
+
+def busy_ms(fn, inputs, repeat, spin_cycles=400_000):
+    """Median ms of fn with a sleep kernel queued ahead of the start event: the start event fires only when
+    the sleep ends, by which time the host has queued fn's kernels, so the host's work is not counted."""
+    times = []
+    for i in range(repeat + 5):
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(spin_cycles)
+        start.record()
+        fn(inputs[i % len(inputs)])
+        end.record()
+        end.synchronize()
+        if i >= 5:
+            times.append(start.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
 torch.backends.cudnn.allow_tf32 = False
 uuid = torch.cuda.get_device_properties(0).uuid
 out = [f"pid {os.getpid()} GPU-{uuid}"]
@@ -40,8 +60,12 @@ for label, (M, C, H, W, K), _ in preset_layers():
         keep.append(fn)   # stays loaded: the next prepare gets a new module instance
         t = time_calls(fn, inputs, "cuda", warmup=5, repeat=a.repeat)
         times.append(float(sorted(t)[len(t) // 2]) * 1e3)
-    torch_t = time_calls(conv.get("torch").prepare(w, None), inputs, "cuda", warmup=5, repeat=a.repeat)
-    out.append(f"{label}: {a.impl} " + " ".join(f"{v:.4f}" for v in times) +
-               f" ms; torch {float(sorted(torch_t)[len(torch_t) // 2]) * 1e3:.4f}")
+    torch_fn = conv.get("torch").prepare(w, None)
+    torch_t = time_calls(torch_fn, inputs, "cuda", warmup=5, repeat=a.repeat)
+    line = (f"{label}: {a.impl} " + " ".join(f"{v:.4f}" for v in times) +
+            f" ms; torch {float(sorted(torch_t)[len(torch_t) // 2]) * 1e3:.4f}")
+    if a.busy:
+        line += f"; busy-start: {a.impl} {busy_ms(keep[-1], inputs, a.repeat):.4f}, torch {busy_ms(torch_fn, inputs, a.repeat):.4f}"
+    out.append(line)
     del inputs, x
 print(" | ".join(out), flush=True)

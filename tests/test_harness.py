@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -277,6 +278,7 @@ def test_run_bench_rows_baselines_and_fused_floor():
     base = rows[("conv", "torch")]
     assert base["speedup"] == 1.0 and base["baseline"] == "torch" and base["layer"] == "fa17 L1"
     assert base["B"] == 3 and base["repeats"] == 3 and base["device"] == "cpu" and base["gpu"] is None
+    assert base["timing"] == "call"   # a CPU call is timed whole; only GPU kernels can be timed apart from the host
     shape = ConvShape(3, 50, 1, 28, 28, 5)
     assert base["bytes"] == shape.bytes_moved() and base["flops"] == shape.flops
     assert base["floor_ms"] == pytest.approx(max(shape.bytes_moved() / 10e9, shape.flops / 100e9) * 1e3)
@@ -532,3 +534,26 @@ def test_environment_names_the_gpu_only_on_a_gpu():
     assert set(env) <= set(bench.ROW_KEYS)
     if torch.cuda.is_available():
         assert bench.environment("cuda")["gpu_uuid"].startswith("GPU-")
+
+
+def test_gpu_timing_choice():
+    """'gpu' timing queues a spin ahead of the start event only on CUDA; 'call' never does; others are refused."""
+    assert bench.lead_cycles("cpu", "gpu") == 0 and bench.lead_cycles("cuda", "call") == 0
+    assert bench.lead_cycles("cuda", "gpu") == (bench.LEAD_CYCLES if hasattr(torch.cuda, "_sleep") else 0)
+    with pytest.raises(ValueError, match="timing must be one of"):
+        bench.lead_cycles("cuda", "wall")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_timing_leaves_out_the_host_launch_work():
+    """A call that spends 0.2 ms on the host before a short kernel (less than the ~0.5 ms spin): 'call' timing
+    counts the 0.2 ms, 'gpu' does not."""
+    x = torch.ones(1 << 20, device="cuda")
+
+    def slow_host(t):
+        time.sleep(0.0002)
+        return t.mul_(1.0)
+
+    call = np.median(bench.time_calls(slow_host, [x], "cuda", warmup=2, repeat=9, timing="call"))
+    gpu = np.median(bench.time_calls(slow_host, [x], "cuda", warmup=2, repeat=9, timing="gpu"))
+    assert call >= 0.0002 and gpu < 0.0001

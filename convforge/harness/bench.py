@@ -1,8 +1,12 @@
 """convforge bench: op time of each implementation against the framework's convolution and the roofline.
 
-For every (conv layer, batch size, implementation): the median of repeated calls after warm-up, timed as
-the engine times Op Time (``engine.Stopwatch``: CUDA events on a GPU, perf_counter on a CPU, synchronised
-around each call, the function called without ``out`` as the engine calls it). On a GPU the input is
+For every (conv layer, batch size, implementation): the median of repeated calls after warm-up
+(``engine.Stopwatch``: CUDA events on a GPU, perf_counter on a CPU, synchronised around each call, the
+function called without ``out`` as the engine calls it). ``--timing`` on a GPU: ``gpu`` (default) queues a
+spin kernel ahead of the start event so that the events bracket GPU time only; ``call`` times as the
+engine's Op Time does, which also counts the host's 10-50 us of launch work between the start event and the
+kernel (runs before 2026-11-21 20:40 UTC used ``call``; that host time differed between processes by up to 20 %
+of a 0.17 ms layer). Every row records its ``timing``. On a GPU the input is
 rotated among copies whose total exceeds twice the L2 cache, so small batches are not served from L2.
 Repeats adapt: at least MIN_REPEATS, then until the case's time budget is spent (``--repeat`` fixes them).
 
@@ -84,8 +88,8 @@ ROW_KEYS = ("kind", "model", "layer", "B", "M", "C", "H", "W", "K", "impl", "pre
             "median_ms", "p20_ms", "p80_ms", "repeats", "flops", "bytes", "gflops", "gbps", "floor_ms",
             "roofline_pct", "baseline", "baseline_ms", "speedup", "copy_gbps", "matmul_gflops",
             "machine", "cpu", "threads", "gpu", "torch", "cuda", "cudnn", "numba", "triton", "cupy", "python",
-            "date", "gpu_uuid", "fma_gflops", "minflt_per_call", "loadavg_1m", "other_cpu_pct", "steal_pct", "thp_enabled",
-            "thp_defrag", "torch_thp_alloc", *GPU_CLOCK_FIELDS)
+            "date", "gpu_uuid", "timing", "fma_gflops", "minflt_per_call", "loadavg_1m", "other_cpu_pct",
+            "steal_pct", "thp_enabled", "thp_defrag", "torch_thp_alloc", *GPU_CLOCK_FIELDS)
 
 
 # ----------------------------------------------------------------------------------------- timing
@@ -141,17 +145,32 @@ def load_fields(before: Counters, after: Counters, calls: int) -> dict:
             "other_cpu_pct": other, "steal_pct": steal}
 
 
+TIMINGS = ("gpu", "call")
+# the spin ahead of a GPU-timed call: about 0.5 ms at 2 GHz, longer than the host's launch work for any
+# implementation here, so the timed kernels are queued before the start event fires
+LEAD_CYCLES = 1_000_000
+
+
+def lead_cycles(device: str, timing: str) -> int:
+    """Spin cycles to queue ahead of each timed call (0: time as the engine does)."""
+    if timing not in TIMINGS:
+        raise ValueError(f"timing must be one of {TIMINGS}, got {timing!r}")
+    return LEAD_CYCLES if device == "cuda" and timing == "gpu" and hasattr(torch.cuda, "_sleep") else 0
+
+
 def time_calls(fn: Callable[[torch.Tensor], object], inputs: Sequence[torch.Tensor], device: str,
                warmup: int = DEFAULT_WARMUP, repeat: Optional[int] = None,
-               budget_s: float = DEFAULT_BUDGET_S, load: Optional[dict] = None) -> np.ndarray:
+               budget_s: float = DEFAULT_BUDGET_S, load: Optional[dict] = None, timing: str = "gpu") -> np.ndarray:
     """Seconds of each timed call ``fn(inputs[i % len(inputs)])``, after up to ``warmup`` untimed calls.
 
     Warm-up stops early once it has taken ``budget_s`` (a call that long is past compiling and cold
     caches). Timed calls: exactly ``repeat`` when given, else at least MIN_REPEATS and then until
     ``budget_s`` of wall time or MAX_REPEATS. ``load``, when given, receives ``load_fields`` of the
     timed calls (the counters are read outside the timed regions) and, on a GPU, the SM clock, power,
-    temperature and clock-event reasons sampled during them (``gpu_clocks``).
+    temperature and clock-event reasons sampled during them (``gpu_clocks``). ``timing``: see the module
+    docstring (``gpu``: GPU time only; ``call``: the host's launch work included).
     """
+    lead = lead_cycles(device, timing)
     call = 0
     started = time.perf_counter()
     for _ in range(warmup):
@@ -166,7 +185,7 @@ def time_calls(fn: Callable[[torch.Tensor], object], inputs: Sequence[torch.Tens
     with GpuSampler(torch.cuda.current_device() if sample_gpu else None) as sampler:
         started = time.perf_counter()
         while True:
-            with Stopwatch(device) as watch:
+            with Stopwatch(device, lead) as watch:
                 fn(inputs[call % len(inputs)])
             call += 1
             times.append(watch.seconds)
@@ -490,9 +509,9 @@ class BenchOutcome:
 
 def run_bench(cases: Sequence[BenchCase], impls: Sequence[ConvImpl], device: str, ceilings: Ceilings,
               warmup: int = DEFAULT_WARMUP, repeat: Optional[int] = None, budget_s: float = DEFAULT_BUDGET_S,
-              show_progress: bool = True) -> BenchOutcome:
+              show_progress: bool = True, timing: str = "gpu") -> BenchOutcome:
     """Time the baseline and each implementation on each case; fused calls too where the layer allows."""
-    env = environment(device)
+    env = dict(environment(device), timing="gpu" if lead_cycles(device, timing) else "call")
     timed = [impl for impl in impls if impl.name != BASELINE]
     fusing = [impl for impl in timed if impl.fuses]
     rows: list[dict] = []
@@ -515,7 +534,7 @@ def run_bench(cases: Sequence[BenchCase], impls: Sequence[ConvImpl], device: str
         """Prepare, time and record one row; returns its median in ms (None when it raised)."""
         load: dict = {}
         try:
-            times = time_calls(prepare(), inputs, device, warmup, repeat, budget_s, load=load)
+            times = time_calls(prepare(), inputs, device, warmup, repeat, budget_s, load=load, timing=timing)
         except Exception as exc:  # e.g. out of memory at B = 10000: report it and go on with the rest
             failures.append(f"{impl_name} on {case.spec.label} B={case.batch} ({kind}) raised "
                             f"{describe_exception(exc)}")
@@ -638,6 +657,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"untimed calls before timing, fewer if they take --budget (default {DEFAULT_WARMUP})")
     p.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S,
                    help=f"seconds of timed calls per case once {MIN_REPEATS} are in (default {DEFAULT_BUDGET_S:g})")
+    p.add_argument("--timing", choices=TIMINGS, default="gpu",
+                   help="on a GPU: 'gpu' (default) times the kernels only (a spin kernel queued ahead of the start "
+                   "event hides the host's launch work); 'call' times each call as the engine's Op Time does, "
+                   "host launch work included (10-50 us, varying between processes). Rows record it (timing)")
     output = p.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print the rows as a JSON list instead of the table")
     output.add_argument("--csv", action="store_true", help="print the rows as CSV instead of the table")
@@ -686,7 +709,7 @@ def main(args) -> int:
 
     ceilings = measure_ceilings(device)
     outcome = run_bench(cases, impls, device, ceilings, args.warmup, args.repeat, args.budget,
-                        show_progress=True)
+                        show_progress=True, timing=getattr(args, "timing", "gpu"))
     rows = outcome.rows
     if args.json:
         print(rows_as_json(rows))
