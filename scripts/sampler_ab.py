@@ -34,7 +34,7 @@ for name in a.impl.split(","):
     for r in range(a.rounds):
         for setting in (("on", "off") if r % 2 == 0 else ("off", "on")):
             load = {} if setting == "on" else None
-            t = time_calls(fn, inputs, "cuda", warmup=5, repeat=a.repeat, load=load)
+            t = time_calls(fn, inputs, "cuda", warmup=5, repeat=a.repeat, load=load, timing="call")   # as recorded
             medians[setting].append(float(sorted(t)[len(t) // 2]) * 1e3)
     on, off = statistics.median(medians["on"]), statistics.median(medians["off"])
     print(f"{label} {name}: sampler on {on:.4f} ms, off {off:.4f} ms, on/off {on / off:.4f}; "

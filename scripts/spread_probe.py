@@ -16,6 +16,7 @@ import torch
 from convforge import conv
 from convforge.conv.cuda_smoke import preset_layers
 from convforge.harness.bench import rotated_inputs, time_calls
+from convforge.harness.gpu_clocks import device_uuid
 
 p = argparse.ArgumentParser()
 p.add_argument("--layers", default="fa17 L1,sp18 L1,sp19 L1")
@@ -23,29 +24,18 @@ p.add_argument("--impl", default="cuda-direct")
 p.add_argument("--loads", type=int, default=3, help="freshly prepared modules per layer")
 p.add_argument("--repeat", type=int, default=60)
 p.add_argument("--busy", action="store_true",
-               help="also time each call with the GPU kept busy (torch.cuda._sleep) while the host issues it, so the "
-                    "events bracket GPU time only, not the host's launch work")
+               help="also time each call with bench's 'gpu' timing (a spin kernel ahead of the start event), so "
+                    "the events bracket GPU time only, not the host's launch work")
 a = p.parse_args()
 
 
-def busy_ms(fn, inputs, repeat, spin_cycles=400_000):
-    """Median ms of fn with a sleep kernel queued ahead of the start event: the start event fires only when
-    the sleep ends, by which time the host has queued fn's kernels, so the host's work is not counted."""
-    times = []
-    for i in range(repeat + 5):
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(spin_cycles)
-        start.record()
-        fn(inputs[i % len(inputs)])
-        end.record()
-        end.synchronize()
-        if i >= 5:
-            times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
+def median_ms(fn, inputs, timing):
+    t = time_calls(fn, inputs, "cuda", warmup=5, repeat=a.repeat, timing=timing)
+    return float(sorted(t)[len(t) // 2]) * 1e3
+
+
 torch.backends.cudnn.allow_tf32 = False
-uuid = torch.cuda.get_device_properties(0).uuid
-out = [f"pid {os.getpid()} GPU-{uuid}"]
+out = [f"pid {os.getpid()} {device_uuid(0)}"]
 keep = []
 for label, (M, C, H, W, K), _ in preset_layers():
     if label not in a.layers.split(","):
@@ -58,14 +48,13 @@ for label, (M, C, H, W, K), _ in preset_layers():
     for _ in range(a.loads):
         fn = conv.get(a.impl).prepare(w, None)
         keep.append(fn)   # stays loaded: the next prepare gets a new module instance
-        t = time_calls(fn, inputs, "cuda", warmup=5, repeat=a.repeat)
-        times.append(float(sorted(t)[len(t) // 2]) * 1e3)
+        times.append(median_ms(fn, inputs, "call"))
     torch_fn = conv.get("torch").prepare(w, None)
-    torch_t = time_calls(torch_fn, inputs, "cuda", warmup=5, repeat=a.repeat)
     line = (f"{label}: {a.impl} " + " ".join(f"{v:.4f}" for v in times) +
-            f" ms; torch {float(sorted(torch_t)[len(torch_t) // 2]) * 1e3:.4f}")
+            f" ms; torch {median_ms(torch_fn, inputs, 'call'):.4f}")
     if a.busy:
-        line += f"; busy-start: {a.impl} {busy_ms(keep[-1], inputs, a.repeat):.4f}, torch {busy_ms(torch_fn, inputs, a.repeat):.4f}"
+        line += (f"; busy-start: {a.impl} {median_ms(keep[-1], inputs, 'gpu'):.4f}, "
+                 f"torch {median_ms(torch_fn, inputs, 'gpu'):.4f}")
     out.append(line)
     del inputs, x
 print(" | ".join(out), flush=True)

@@ -22,7 +22,6 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-
 from convforge.conv import cuda_common as cc
 
 SHIM = cc.KERNEL_DIR / "host_emulation.h"

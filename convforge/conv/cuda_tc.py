@@ -121,6 +121,18 @@ class TcGeometry(LayerShape):
                                 **({"CF_STREAM_STORES": 1} if self.cs else {}))
 
 
+CS_CHOICES = {0: "plain stores", 1: "evict-first"}
+
+
+def _option(cfg: dict, key: str, choices: dict) -> int:
+    """A launch option that takes one of a few values (the first is the default), checked."""
+    value = int(cfg.get(key, next(iter(choices))))
+    if value not in choices:
+        raise ValueError(f"{key} must be " + " or ".join(f"{v} ({what})" for v, what in choices.items())
+                         + f", got {value}")
+    return value
+
+
 def plan(M: int, C: int, H: int, W: int, K: int, precision: str, config: Optional[dict] = None,
          smem_optin: int = SMEM_OPTIN_DEFAULT) -> TcGeometry:
     if precision not in PRECISIONS:
@@ -131,10 +143,8 @@ def plan(M: int, C: int, H: int, W: int, K: int, precision: str, config: Optiona
         raise ValueError(f"unknown launch parameters {sorted(unknown)}")
     if cfg["rm"] < 1 or cfg["nt"] % 32 or not 32 <= cfg["nt"] <= 1024:
         raise ValueError(f"bad launch parameters {cfg}")
-    if int(cfg.get("cs", 0)) not in (0, 1):
-        raise ValueError(f"cs must be 0 (plain stores) or 1 (evict-first), got {cfg['cs']}")
     geom = TcGeometry(M, C, H, W, K, precision, int(cfg["rm"]), int(cfg["nt"]), int(cfg["round"]),
-                      cs=int(cfg.get("cs", 0)))
+                      cs=_option(cfg, "cs", CS_CHOICES))
     for xsmem, bsmem in ((True, True), (True, False), (False, True), (False, False)):
         g = replace(geom, xsmem=xsmem, bsmem=bsmem)
         if g.smem_bytes <= smem_optin:
@@ -206,16 +216,10 @@ def plan_rows(M: int, C: int, H: int, W: int, K: int, precision: str, config: Op
     nt = int(cfg.get("nt", 128))
     if nc < 1 or mt < 1 or mt * nc * 4 > ROWS_MAX_ACC or nt % 32 or not 32 <= nt <= 1024:
         raise ValueError(f"bad launch parameters {cfg} (mt * nc * 4 <= {ROWS_MAX_ACC}, nt a multiple of 32)")
-    pipe = int(cfg.get("pipe", 1))
-    if pipe not in (1, 2):
-        raise ValueError(f"pipe must be 1 (one staging buffer) or 2 (two), got {pipe}")
-    epi = int(cfg.get("epi", 0))
-    if epi not in (0, 1):
-        raise ValueError(f"epi must be 0 (fragment stores) or 1 (rows through shared memory), got {epi}")
-    cs = int(cfg.get("cs", 0))
-    if cs not in (0, 1):
-        raise ValueError(f"cs must be 0 (plain stores) or 1 (evict-first), got {cs}")
-    base = RowsGeometry(M, C, H, W, K, precision, mt, nc, 1, nt, int(cfg.get("round", 1)), pipe, epi, cs)
+    pipe = _option(cfg, "pipe", {1: "one staging buffer", 2: "two"})
+    epi = _option(cfg, "epi", {0: "fragment stores", 1: "rows through shared memory"})
+    base = RowsGeometry(M, C, H, W, K, precision, mt, nc, 1, nt, int(cfg.get("round", 1)), pipe, epi,
+                        _option(cfg, "cs", CS_CHOICES))
     if "ib" in cfg:
         geoms = [replace(base, ib=int(cfg["ib"]))]
     else:  # images per unit: the least row waste in 16-row tiles, staying small enough for several blocks per SM

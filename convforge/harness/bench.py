@@ -5,8 +5,8 @@ For every (conv layer, batch size, implementation): the median of repeated calls
 function called without ``out`` as the engine calls it). ``--timing`` on a GPU: ``gpu`` (default) queues a
 spin kernel ahead of the start event so that the events bracket GPU time only; ``call`` times as the
 engine's Op Time does, which also counts the host's 10-50 us of launch work between the start event and the
-kernel (runs before 2026-11-21 20:40 UTC used ``call``; that host time differed between processes by up to 20 %
-of a 0.17 ms layer). Every row records its ``timing``. On a GPU the input is
+kernel (RESULTS.md's GPU runs 1-9 used ``call``; that host time differed between processes by up to 20 % of a
+0.17 ms layer). Every row records its ``timing``. On a GPU the input is
 rotated among copies whose total exceeds twice the L2 cache, so small batches are not served from L2.
 Repeats adapt: at least MIN_REPEATS, then until the case's time budget is spent (``--repeat`` fixes them).
 
@@ -59,7 +59,7 @@ from convforge.conv import ConvImpl
 from convforge.engine import Stopwatch, resolve_device
 from convforge.errors import UserError
 from convforge.harness.check import describe_exception, progress_bar, random_case
-from convforge.harness.gpu_clocks import FIELDS as GPU_CLOCK_FIELDS, GpuSampler
+from convforge.harness.gpu_clocks import FIELDS as GPU_CLOCK_FIELDS, GpuSampler, device_uuid
 from convforge.harness.verify import Case, LayerSpec, model_layers, select_impls, verify_impl
 from convforge.models import ACTIVATIONS, DEFAULT_PRESET, ConvShape, get_preset
 
@@ -411,11 +411,6 @@ def use_hugepages() -> None:
                     + (" (/proc/self/smaps shows no MADV_HUGEPAGE advice)" if os.environ.get(RESTARTED_ENV) else ""))
 
 
-def _gpu_uuid() -> Optional[str]:
-    uuid = getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "uuid", None)
-    return f"GPU-{uuid}" if uuid is not None else None
-
-
 def environment(device: str) -> dict:
     """Where and with what the rows were measured: the machine, library versions (None when absent), date,
     the transparent-huge-page settings and whether torch's allocator asks for huge pages."""
@@ -432,7 +427,7 @@ def environment(device: str) -> dict:
         "python": platform.python_version(),
         "date": datetime.now().astimezone().isoformat(timespec="seconds"),
         # which physical GPU (machines are lent per session, and the host name does not tell them apart)
-        "gpu_uuid": _gpu_uuid() if on_gpu else None,
+        "gpu_uuid": device_uuid(torch.cuda.current_device()) if on_gpu else None,
         "thp_enabled": thp_setting("enabled"),
         "thp_defrag": thp_setting("defrag"),
         "torch_thp_alloc": torch_thp_alloc(),

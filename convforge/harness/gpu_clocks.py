@@ -1,9 +1,9 @@
 """What the GPU ran at while a bench row was timed: SM clock, power, temperature and NVML's clock-event
 (throttle) reasons, sampled in a background thread through the driver's NVML library (ctypes; no extra
-dependency). The same kernel has measured up to 15 % apart between runs and between rows of one run; these
-fields say whether the clock moved with it. The samples include one just before and one just after the
-timed calls. The thread wakes every SAMPLE_INTERVAL_S and holds the GIL only for its ctypes calls (which
-release it); whether that shifts a timed call by a few microseconds has not been measured.
+dependency). These fields say whether a row's time moved with the clock. The samples include one just
+before and one just after the timed calls. The thread wakes every SAMPLE_INTERVAL_S and holds the GIL only
+for its ctypes calls (which release it); an on/off A/B (scripts/sampler_ab.py, RESULTS.md sixth run) found
+no effect on the timed calls.
 
 Without NVML (no NVIDIA driver, e.g. CI) ``GpuSampler.fields`` returns the keys with None values.
 """
@@ -40,7 +40,7 @@ class _Nvml:
     """The few NVML calls the sampler makes, on one device handle. Every function is looked up here, so a
     driver without one fails now (and the sampler then records nothing) rather than in the middle of a row."""
 
-    def __init__(self, uuid: Optional[str], index: int, visible_devices: int):
+    def __init__(self, uuid: Optional[str], index: int, visible_devices: int):   # uuid as device_uuid gives it
         lib = ctypes.CDLL("libnvidia-ml.so.1")
         handle_type = ctypes.c_void_p
         for name in ("nvmlInit_v2", "nvmlDeviceGetHandleByUUID", "nvmlDeviceGetHandleByIndex_v2",
@@ -61,7 +61,7 @@ class _Nvml:
         self.lib = lib
         self.handle = handle_type()
         if uuid:   # torch's index need not be NVML's (CUDA_VISIBLE_DEVICES); the UUID names the same device
-            if lib.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}".encode(), ctypes.byref(self.handle)) != 0:
+            if lib.nvmlDeviceGetHandleByUUID(uuid.encode(), ctypes.byref(self.handle)) != 0:
                 raise OSError("no NVML device with torch's UUID")
         elif visible_devices != 1 or lib.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(self.handle)) != 0:
             raise OSError("no UUID from torch, and more than one device: which NVML device is ours is unknown")
@@ -78,6 +78,13 @@ class _Nvml:
                 temp.value if ok_temp else None, reasons.value if ok_reasons else 0)
 
 
+def device_uuid(device_index: int) -> Optional[str]:
+    """torch's device as NVML and nvidia-smi name it ("GPU-<uuid>"), or None where torch gives no UUID."""
+    import torch
+    uuid = getattr(torch.cuda.get_device_properties(device_index), "uuid", None)
+    return f"GPU-{uuid}" if uuid else None
+
+
 _nvml_cache: dict[int, Optional[_Nvml]] = {}
 
 
@@ -85,8 +92,7 @@ def _nvml_for(device_index: int) -> Optional[_Nvml]:
     if device_index not in _nvml_cache:
         try:
             import torch
-            uuid = str(getattr(torch.cuda.get_device_properties(device_index), "uuid", "") or "")
-            _nvml_cache[device_index] = _Nvml(uuid or None, device_index, torch.cuda.device_count())
+            _nvml_cache[device_index] = _Nvml(device_uuid(device_index), device_index, torch.cuda.device_count())
         except Exception:  # no driver library, no such function or device, no CUDA torch: no telemetry
             _nvml_cache[device_index] = None
     return _nvml_cache[device_index]
