@@ -22,7 +22,7 @@ def layer_configs(M, C, H, W, K, epi=False, only=None, variants=None, precision=
     if only is not None:   # --configs: exactly these
         return [dict(c) for c in only]
     if variants is not None:   # --variants: the tuned (or default) configuration, then with each variant's fields
-        base = dict(cuda_tc.TUNED.get((M, C, H, W, K, precision)) or {"kernel": cuda_tc.default_kernel(C, K)})
+        base = dict(cuda_tc.TUNED.get((M, C, H, W, K, precision)) or {"kernel": cuda_tc.default_kernel(C, K, M)})
         return [base] + [dict(base, **v) for v in variants]
     configs = [{"kernel": "gather"}]
     if K <= 9:

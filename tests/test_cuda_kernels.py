@@ -276,6 +276,11 @@ def test_emulated_fused(emulation, activation, pool):
     _check(cuda_fused_layer.prepare_fused(w, b, activation, pool), x, ref, 1e-5, f"fused {activation} {pool}")
     _check(cuda_direct.prepare_fused(w, b, activation, pool), x, ref, 1e-5, f"direct fused {activation} {pool}")
     _check(cuda_auto.prepare_fused(w, b, activation, pool), x, ref, 1e-5, f"auto fused {activation} {pool}")
+    one = (2, 5, 1, 17, 21, 5)                               # one channel: cuda-fused-layer's direct design
+    x, w, b = _data(one, seed=pool + 10, bias=True, unit=True)
+    fn = cuda_fused_layer.prepare_fused(w, b, activation, pool)
+    assert type(fn.layer_for(17, 21)).__name__ == "DirectLayer"
+    _check(fn, x, _reference(x, w, b, activation, pool), 1e-5, f"fused one channel {activation} {pool}")
 
 
 @needs_cxx
@@ -412,6 +417,24 @@ def test_emulated_tc_rows_kernel(emulation):
 
 
 @needs_cxx
+def test_emulated_tc_pairs_kernel(emulation):
+    """The tensor-core pairs kernel (two output columns per mma row, 4 maps x 2 shifts per B tile), both
+    precisions: even and odd output widths, partial map tiles, several channels, K 1 to 7 (FP16's odd K
+    leaves a zero row in the last k step), images per unit, tiles per warp step, a unit's last partial tile,
+    truncation instead of rounding, evict-first stores."""
+    from convforge.conv import cuda_tc
+    cases = (((2, 4, 1, 20, 20, 7), None), ((3, 12, 1, 13, 19, 7), {"rt": 1}), ((2, 5, 2, 12, 11, 5), {"nt": 64}),
+             ((2, 3, 1, 9, 14, 3), {"ib": 2, "rt": 3}), ((9, 6, 1, 10, 9, 5), {"ib": 2, "nt": 32}),
+             ((2, 7, 3, 8, 10, 4), {"round": 0, "cs": 1}), ((1, 2, 1, 3, 6, 1), None), ((1, 1, 1, 1, 1, 1), None))
+    for i, (shape, config) in enumerate(cases):
+        x, w, b = _data(shape, seed=260 + i, bias=i % 2 == 0)
+        for precision in cuda_tc.PRECISIONS:
+            fn = cuda_tc.prepare(w, b, precision=precision, config=dict(config or {}, kernel="pairs"))
+            assert isinstance(fn.layer_for(shape[3], shape[4]).geom, cuda_tc.PairsGeometry)
+            _check(fn, x, _reference(x, w, b), 1e-2, f"tc pairs {precision} {shape} {config}")
+
+
+@needs_cxx
 def test_emulated_tc_rows_staged_epilogue_never_gets_a_misaligned_out(emulation):
     """The staged epilogue's 16-byte stores: an out= buffer 8 bytes off a 16-byte boundary is written through
     an aligned temporary (a GPU would fault on the misaligned stores) and still filled correctly."""
@@ -434,6 +457,21 @@ def test_emulated_tc_rows_staged_epilogue_never_gets_a_misaligned_out(emulation)
         assert launched and all(ptr % alignment == 0 for ptr in launched), (epi, launched)
 
 
+def test_fused_layer_design_by_channel_count():
+    """cuda-fused-layer compiles cuda-direct's pooled kernel for one input channel and the register-tiled
+    GEMM for several, unless the config names a design; a bad name is refused."""
+    from convforge.conv import cuda_direct, cuda_fused_layer
+    assert [s.source for s in cuda_fused_layer.kernel_specs(50, 1, 28, 28, 5, 2, "tanh")] == ["direct.cu"]
+    assert [s.source for s in cuda_fused_layer.kernel_specs(16, 4, 40, 40, 7, 4, "relu")] == ["regtile.cu"]
+    assert [s.source for s in cuda_fused_layer.kernel_specs(50, 1, 28, 28, 5, 2, "tanh",
+                                                            config={"kernel": "regtile"})] == ["regtile.cu"]
+    kind, cfg = cuda_fused_layer.design(4, {"kernel": "direct", "mg": 4, "r": 4})
+    assert kind == "direct" and cfg == {"mg": 4, "r": 4}
+    assert cuda_fused_layer.design(1, cuda_direct.DirectConfig(5, 2))[0] == "direct"
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        cuda_fused_layer.design(1, {"kernel": "tc"})
+
+
 def test_tc_rows_planning():
     """The rows kernel's geometry: conflict-free pitches, images per unit chosen to fill 16-row tiles,
     its limits refused with a reason, and the tuned choice per precision."""
@@ -453,6 +491,15 @@ def test_tc_rows_planning():
     with pytest.raises(ValueError, match="unknown launch parameters"):
         cuda_tc.plan_rows(4, 1, 30, 30, 5, "tf32", {"warps": 4})
     assert cuda_tc.default_kernel(1, 5) == "rows" and cuda_tc.default_kernel(6, 5) == "gather"
+    assert cuda_tc.default_kernel(1, 7, 12) == "pairs" and cuda_tc.default_kernel(1, 7, 4) == "rows"
+    assert cuda_tc.default_kernel(1, 9, 12) == "rows" and cuda_tc.default_kernel(1, 5, 50) == "rows"
+    pairs = cuda_tc.plan_pairs(4, 1, 86, 86, 7, "tf32")
+    assert pairs.npr == 40 and pairs.ntl == 1 and pairs.b_registers == 14 and pairs.pitch % 32 == 24
+    assert cuda_tc.plan_pairs(12, 1, 72, 72, 7, "fp16").b_registers == 3 * 4 * 2
+    with pytest.raises(ValueError, match="K <= 7"):
+        cuda_tc.plan_pairs(4, 1, 30, 30, 9, "tf32")
+    with pytest.raises(ValueError, match="holds B in registers"):
+        cuda_tc.plan_pairs(24, 12, 33, 33, 7, "tf32")
     assert isinstance(cuda_tc.plan_any(16, 6, 30, 30, 5, "fp16"), cuda_tc.TcGeometry)
     for (M, C, H, W, K, precision), config in cuda_tc.TUNED.items():
         cuda_tc.plan_any(M, C, H, W, K, precision, config)   # every tuned entry is a valid plan

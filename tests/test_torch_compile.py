@@ -6,7 +6,6 @@ cold cache), so the cases reuse a few shapes: Inductor's graph cache makes a rep
 
 from __future__ import annotations
 
-import time
 
 import numpy as np
 import pytest

@@ -159,7 +159,8 @@ IMPLEMENTATIONS: tuple[ConvImpl, ...] = (
     ConvImpl("cuda-tc-fp16", "cuda_tc", ("cuda",), "fp16",
              "implicit GEMM on tensor cores, FP16 inputs, fp32 accumulate", ("cupy",), install_hint=_CUPY),
     ConvImpl("cuda-fused-layer", "cuda_fused_layer", ("cuda",), "fp32",
-             "conv + bias + activation + max pool in one kernel, writes only the pooled map", ("cupy",),
+             "conv + bias + activation + max pool in one kernel, writes only the pooled map (cuda-direct's "
+             "pooled kernel for one input channel, the register-tiled implicit GEMM otherwise)", ("cupy",),
              fuses=True, install_hint=_CUPY),
     ConvImpl("cuda-direct", "cuda_direct", ("cuda",), "fp32",
              "direct convolution, weights as constant-bank FFMA operands, register tiles of columns x maps, "

@@ -58,19 +58,12 @@ def rel_error(got, ref) -> float:
     return float(((got.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item())
 
 
-def time_ms(fn, x, warmup: int = 2, repeat: int = 10) -> float:
-    for _ in range(warmup):
-        fn(x)
-    times = []
-    for _ in range(repeat):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize()
-        start.record()
-        fn(x)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+def time_ms(fn, x, warmup: int = 2, repeat: int = 10, timing: str = "gpu") -> float:
+    """Median ms of ``repeat`` calls after ``warmup``, timed as ``convforge bench --timing`` (default ``gpu``:
+    a spin kernel ahead of each start event, so the host's launch work is not counted; sweeps recorded
+    before session 7 of 2026-11-21 were ``call``-timed, 15-50 us more per call)."""
+    from convforge.harness.bench import time_calls
+    return 1e3 * statistics.median(time_calls(fn, [x], "cuda", warmup=warmup, repeat=repeat, timing=timing).tolist())
 
 
 def floor_ms(shape, batch, pool, copy_gbps, matmul_gflops) -> float:

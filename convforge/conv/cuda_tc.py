@@ -12,12 +12,17 @@ precision, declared: tolerance 1e-2).
 Bottleneck: the A-fragment gathers (one shared load, one add and a conversion per element; 8 per k step
 per 16 rows), not the tensor cores: fa18 L2 has 48 FLOPs per gathered element.
 
-Two kernels, chosen per layer (``config={"kernel": "gather" | "rows"}``; default: ``rows`` for one input
-channel, where the gather's A loads dominate and M is too small to fill the mma's 8 columns, else
-``gather``). ``cuda/tc_rows.cu`` treats each filter row as a banded (Toeplitz) matrix: A fragments are plain
-rows of the staged image (no gather, no address table), one per k column, shared by every map of the
-warp; B is a zero-padded filter row read at a lane-dependent offset. Only K/16 of its tensor-core work is
-useful, which these layers can afford (see the kernel's header).
+Three kernels, chosen per layer (``config={"kernel": "gather" | "rows" | "pairs"}``; default: the measured
+winner in TUNED, else ``default_kernel``). ``cuda/tc_rows.cu`` treats each filter row as a banded (Toeplitz)
+matrix: A fragments are plain rows of the staged image (no gather, no address table), one per k column,
+shared by every map of the warp; B is a zero-padded filter row read at a lane-dependent offset. Only K/16 of
+its tensor-core work is useful, which these layers can afford (see the kernel's header).
+``cuda/tc_pairs.cu`` (K <= 7, few maps x channels) makes each mma row an adjacent pair of output columns: one
+kernel row of the pair reads K + 1 <= 8 input columns, exactly one TF32 k step, and B's 8 columns are 4 maps
+x 2 column shifts, so K/8 of the work is useful (88 % at K = 7) and B lives in registers. It halves the
+mmas of the rows kernel and needs no gather; it won the one-channel layers of 6 to 12 maps (fa18 L1 TF32
+0.797 ms against the gather kernel's 1.196, and 1.39x cuda-direct), while on fa20 L1's 4 maps each A
+fragment serves only one mma and the rows kernel stays faster.
 """
 
 from __future__ import annotations
@@ -37,30 +42,42 @@ LAUNCH_CONFIGS: tuple[dict, ...] = (
     {"rm": 4, "nt": 256}, {"rm": 2, "nt": 256, "round": 0}, {"rm": 4, "nt": 256, "round": 0},
 )
 DEFAULT_CONFIG = {"rm": 2, "nt": 256, "round": 1}
-# Measured winners (scripts/tc_sweep.py on an NVIDIA H200, B = 10000; rows and gather kernels, each with
+# Measured winners (scripts/tc_sweep.py on an NVIDIA H200, B = 10000; gather, rows and pairs kernels, each with
 # its launch shapes), keyed by (M, C, H, W, K, precision): the default for these layers when no config is
-# given. Other shapes: the rows kernel for one input channel, the gather kernel otherwise. Session 6 (comments:
-# ms against the previous entry in the same run, benchmarks/h200-2026-11-21-session6/tc_sweep_cs.json): the
-# previous entries re-timed with evict-first stores (cs) and the gather kernel's rm=4 nt=256, changed where one
-# gained 3 % or more.
+# given. Other shapes: ``default_kernel``. Session 6 (comments: ms against the previous entry in the same run,
+# benchmarks/h200-2026-11-21-session6/tc_sweep_cs.json): the previous entries re-timed with evict-first stores
+# (cs) and the gather kernel's rm=4 nt=256, changed where one gained 3 % or more. Session 7 (comments "pairs":
+# ms against the previous entry, both GPU-timed in one process, benchmarks/h200-2026-11-21-session7/
+# tc_sweep_pairs.json): the pairs kernel won every one-channel layer of 6 to 12 maps, by 10-37 %; fa20 L1's
+# 4 maps give each A fragment only one mma's work there, and the rows kernel stays ahead (TF32 0.571 against
+# 0.612, FP16 0.426 against 0.540).
 TUNED: dict[tuple[int, int, int, int, int, str], dict] = {
     (50, 1, 28, 28, 5, "tf32"): {"kernel": "rows", "nc": 4, "nt": 128},
     (50, 1, 28, 28, 5, "fp16"): {"kernel": "rows", "nc": 4, "nt": 128, "pipe": 2, "cs": 1},  # 0.352 vs 0.364
-    (6, 1, 64, 64, 5, "tf32"): {"kernel": "rows", "nc": 4, "nt": 64, "epi": 1, "cs": 1},  # 0.466 vs 0.603
-    (6, 1, 64, 64, 5, "fp16"): {"kernel": "gather", "rm": 4, "nt": 256},  # 0.565 vs 0.593
-    (6, 1, 48, 48, 5, "tf32"): {"kernel": "rows", "nc": 4, "nt": 128, "pipe": 2},
-    (6, 1, 48, 48, 5, "fp16"): {"kernel": "gather"},
+    (6, 1, 64, 64, 5, "tf32"): {"kernel": "pairs", "ib": 2},  # pairs: 0.356 vs rows 0.415 (a sweep before)
+    (6, 1, 64, 64, 5, "fp16"): {"kernel": "pairs"},  # pairs: 0.327 vs gather 0.532 (a sweep before)
+    (6, 1, 48, 48, 5, "tf32"): {"kernel": "pairs", "ib": 2},  # pairs: 0.235 vs rows 0.302 (a sweep before)
+    (6, 1, 48, 48, 5, "fp16"): {"kernel": "pairs", "nt": 64},  # pairs: 0.197 vs gather 0.242
     (16, 6, 22, 22, 5, "tf32"): {"kernel": "gather", "cs": 1},  # 0.260 vs 0.270
-    (12, 1, 72, 72, 7, "tf32"): {"kernel": "gather"},
-    (12, 1, 72, 72, 7, "fp16"): {"kernel": "gather", "rm": 4, "nt": 256},  # 1.208 vs 1.283
+    (12, 1, 72, 72, 7, "tf32"): {"kernel": "pairs"},  # pairs: 0.797 vs gather 1.196
+    (12, 1, 72, 72, 7, "fp16"): {"kernel": "pairs", "rt": 4},  # pairs: 0.758 vs gather 1.168
     (24, 12, 33, 33, 7, "fp16"): {"kernel": "gather", "rm": 4, "nt": 256},  # 1.599 vs 1.726
-    (12, 1, 70, 70, 5, "tf32"): {"kernel": "gather"},
-    (12, 1, 70, 70, 5, "fp16"): {"kernel": "gather"},
-    (4, 1, 86, 86, 7, "tf32"): {"kernel": "rows", "nc": 4, "nt": 128, "epi": 1, "cs": 1},  # 0.597 vs 0.631
+    (12, 1, 70, 70, 5, "tf32"): {"kernel": "pairs", "rt": 4},  # pairs: 0.764 vs gather 1.165
+    (12, 1, 70, 70, 5, "fp16"): {"kernel": "pairs", "nt": 256},  # pairs: 0.791 vs gather 1.209
+    # round 0: 0.475 vs 0.570 (benchmarks/h200-2026-11-21-session7/tc_sweep_fa20_nc5.json); see ROUNDING
+    (4, 1, 86, 86, 7, "tf32"): {"kernel": "rows", "nc": 5, "nt": 128, "cs": 1, "round": 0},
     # 0.451 vs 0.537 (epi 1, no cs); a sweep minutes before: 0.455 vs 0.529
     (4, 1, 86, 86, 7, "fp16"): {"kernel": "rows", "nc": 4, "nt": 128, "ib": 1, "cs": 1},
 }
+# ROUNDING: "round": 0 skips the kernels' in-place pass that rounds the staged inputs to TF32 (cvt.rna); the
+# tensor core then reads the fp32 bits and ignores the low 13 mantissa bits (truncation: at most 2^-10 relative
+# per input instead of 2^-11; weights are still rounded to nearest on the host). On the course's inputs, whole
+# pixels 0..255 that TF32 holds exactly, both give the same products. On fa20 L1 the pass and its barrier cost
+# 6-10 % (rows kernel, 0.537 against 0.571 ms in one process); measured relative error 3.5e-04 against 3.4e-04.
 ROWS_SOURCE = "tc_rows.cu"
+PAIRS_SOURCE = "tc_pairs.cu"
+KERNELS = ("gather", "rows", "pairs")
+PAIRS_MAX_B = 96               # B fragment words per lane (NTL * C * k steps * 2)
 ROWS_LAUNCH_CONFIGS: tuple[dict, ...] = (
     {"kernel": "rows", "nc": 1}, {"kernel": "rows", "nc": 2}, {"kernel": "rows", "nc": 4},
     {"kernel": "rows", "nc": 2, "nt": 256}, {"kernel": "rows", "nc": 2, "ib": 1},
@@ -193,6 +210,58 @@ class RowsGeometry(LayerShape):
                                 CF_EPI=self.epi, **({"CF_STREAM_STORES": 1} if self.cs else {}))
 
 
+@dataclass(frozen=True)
+class PairsGeometry(LayerShape):
+    """tc_pairs.cu's derived constants (mirrors the constexprs at the top of the kernel)."""
+    ib: int = 1
+    nt: int = 128
+    rt: int = 2                 # 16-position tiles per warp step
+    round: int = 1
+    cs: int = 0
+    @property
+    def npr(self): return (self.wo + 1) // 2
+    @property
+    def ntl(self): return cc.cdiv(self.M, 4)
+    @property
+    def ksteps(self): return (self.K + 1) // 2 if self.precision == "fp16" else self.K
+    @property
+    def b_registers(self): return self.ntl * self.C * self.ksteps * 2
+    @property
+    def pitch(self): return (max(2 * self.npr + 6, self.W) + 7) // 16 * 16 + 8
+    @property
+    def smem_bytes(self): return 4 * cc.cdiv(self.ib * self.C * self.H * self.pitch, 4) * 4
+
+    def spec(self) -> cc.KernelSpec:
+        return cc.KernelSpec.of(PAIRS_SOURCE, CF_M=self.M, CF_C=self.C, CF_H=self.H, CF_W=self.W, CF_K=self.K,
+                                CF_PREC=1 if self.precision == "fp16" else 0, CF_IB=self.ib, CF_NT=self.nt,
+                                CF_RT=self.rt, CF_TF32_ROUND=self.round,
+                                **({"CF_STREAM_STORES": 1} if self.cs else {}))
+
+
+def plan_pairs(M: int, C: int, H: int, W: int, K: int, precision: str, config: Optional[dict] = None,
+               smem_optin: int = SMEM_OPTIN_DEFAULT) -> PairsGeometry:
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    cfg = dict(config or {})
+    cfg.pop("kernel", None)
+    unknown = set(cfg) - {"ib", "nt", "rt", "round", "cs"}
+    if unknown:
+        raise ValueError(f"unknown launch parameters {sorted(unknown)}")
+    geom = PairsGeometry(M, C, H, W, K, precision, int(cfg.get("ib", 1)), int(cfg.get("nt", 128)),
+                         int(cfg.get("rt", 2)), _option(cfg, "round", {1: "rounded", 0: "truncated"}),
+                         _option(cfg, "cs", CS_CHOICES))
+    if K > 7:
+        raise ValueError(f"the pairs kernel needs K <= 7 (got {K}); use kernel='rows' or 'gather'")
+    if geom.b_registers > PAIRS_MAX_B:
+        raise ValueError(f"the pairs kernel holds B in registers: {geom.b_registers} words for {M} maps x {C} "
+                         f"channels exceed {PAIRS_MAX_B}; use kernel='gather'")
+    if geom.ib < 1 or geom.rt < 1 or geom.nt % 32 or not 32 <= geom.nt <= 1024:
+        raise ValueError(f"bad launch parameters {cfg} (ib, rt >= 1, nt a multiple of 32)")
+    if geom.smem_bytes > smem_optin:
+        raise ValueError(f"the pairs kernel's tile ({geom.smem_bytes} bytes) does not fit shared memory")
+    return geom
+
+
 def _rows_maps_per_tile(M: int, nc: int) -> int:
     """Maps per warp tile: all of them when the accumulators allow, else the fewest groups of equal size."""
     cap = max(1, ROWS_MAX_ACC // (4 * nc))
@@ -232,18 +301,24 @@ def plan_rows(M: int, C: int, H: int, W: int, K: int, precision: str, config: Op
     return geom
 
 
-def default_kernel(C: int, K: int) -> str:
+def default_kernel(C: int, K: int, M: int = 0) -> str:
+    """The kernel for a layer with no TUNED entry: pairs for one channel, K <= 7 and 6 to 24 maps (where it
+    won, B still fitting in registers), rows for other one-channel layers up to K = 9, else gather."""
+    if C == 1 and K <= 7 and 6 <= M and cc.cdiv(M, 4) * K * 2 <= PAIRS_MAX_B:
+        return "pairs"
     return "rows" if C == 1 and K <= 9 else "gather"
 
 
 def plan_any(M: int, C: int, H: int, W: int, K: int, precision: str, config: Optional[dict] = None,
              smem_optin: int = SMEM_OPTIN_DEFAULT):
     """The geometry of whichever kernel ``config['kernel']`` (or the per-layer default) names."""
-    kind = (config or {}).get("kernel") or default_kernel(C, K)
+    kind = (config or {}).get("kernel") or default_kernel(C, K, M)
     if kind == "rows":
         return plan_rows(M, C, H, W, K, precision, config, smem_optin)
+    if kind == "pairs":
+        return plan_pairs(M, C, H, W, K, precision, config, smem_optin)
     if kind != "gather":
-        raise ValueError(f"kernel must be 'gather' or 'rows', got {kind!r}")
+        raise ValueError(f"kernel must be one of {KERNELS}, got {kind!r}")
     return plan(M, C, H, W, K, precision, {k: v for k, v in (config or {}).items() if k != "kernel"}, smem_optin)
 
 
@@ -253,7 +328,7 @@ def kernel_specs(M: int, C: int, H: int, W: int, K: int, precision: str = "tf32"
         return [plan_any(M, C, H, W, K, precision, config).spec()]
     # what prepare() runs (the tuned or default kernel) and both kernels' defaults: every one must compile
     specs = [plan_any(M, C, H, W, K, precision, TUNED.get((M, C, H, W, K, precision))).spec()]
-    for kind in ("gather", "rows"):
+    for kind in KERNELS:
         try:
             spec = plan_any(M, C, H, W, K, precision, {"kernel": kind}).spec()
         except ValueError:   # the rows kernel's K <= 9 and shared-memory limits
@@ -316,20 +391,24 @@ class TcLayer:
     """One layer's tensor-core kernel for one input size: the gather kernel (tc.cu) or the rows kernel
     (tc_rows.cu); both take (y, x, packed weights, bias, B) and loop over images (rows: units of ib images)."""
 
-    def __init__(self, weight, bias, H: int, W: int, precision: str, config=None, rows: bool = False):
+    def __init__(self, weight, bias, H: int, W: int, precision: str, config=None, kind: str = "gather"):
         M, C, K, _ = weight.shape
         self.device = weight.device
         info = cc.device_info(self.device)
-        if rows:
+        if kind == "rows":
             self.geom = plan_rows(M, C, H, W, K, precision, config, info.smem_per_block_optin)
             self.packed, name, self.per_unit = pack_rows(weight, self.geom), "conv_tc_rows", self.geom.ib
+        elif kind == "pairs":   # the kernel builds its B fragments from the plain weights
+            self.geom = plan_pairs(M, C, H, W, K, precision, config, info.smem_per_block_optin)
+            self.packed, name, self.per_unit = weight.float().contiguous(), "conv_tc_pairs", self.geom.ib
         else:
             self.geom = plan(M, C, H, W, K, precision, config, info.smem_per_block_optin)
             self.packed, name, self.per_unit = pack_fragments(weight, self.geom), "conv_tc", 1
-        self.rows = rows
-        # the rows kernel's widest output store: 16 bytes (staged epilogue, rows of 4k floats), 8 (even rows)
-        self.store_alignment = (16 if rows and self.geom.epi and self.geom.wo % 4 == 0 else
-                                8 if rows and self.geom.wo % 2 == 0 else 4)
+        self.kind = kind
+        # the widest output store: 16 bytes (rows' staged epilogue, rows of 4k floats), 8 (rows and pairs
+        # kernels on even rows), else 4
+        self.store_alignment = (16 if kind == "rows" and self.geom.epi and self.geom.wo % 4 == 0 else
+                                8 if kind in ("rows", "pairs") and self.geom.wo % 2 == 0 else 4)
         self.bias = bias
         self.kernel = cc.kernel(self.geom.spec(), name, self.device)
         self.grid_cap = info.sm_count * max(1, self.kernel.blocks_per_sm(self.geom.nt, self.geom.smem_bytes))
@@ -340,7 +419,7 @@ class TcLayer:
         if B > cc.INT32_MAX - self.per_unit:   # the kernel counts units of per_unit images in int32
             raise ValueError(f"batch {B} is too large for one launch (at most {cc.INT32_MAX - self.per_unit})")
         y, result = cc.output(out, (B, g.M, g.ho, g.wo), x)
-        if self.rows and y.data_ptr() % self.store_alignment:
+        if y.data_ptr() % self.store_alignment:
             y = torch.empty_like(y)  # vector stores need an aligned buffer (torch allocations always are)
         if y.numel():
             self.kernel((min(cc.cdiv(B, self.per_unit), self.grid_cap),), (g.nt,),
@@ -355,9 +434,9 @@ def layer(weight, bias, H: int, W: int, precision: str, config=None):
     M, C, K, _ = weight.shape
     if config is None:
         config = TUNED.get((M, C, H, W, K, precision))
-    kind = (config or {}).get("kernel") or default_kernel(C, K)
+    kind = (config or {}).get("kernel") or default_kernel(C, K, M)
     rest = {k: v for k, v in (config or {}).items() if k != "kernel"} or None
-    return TcLayer(weight, bias, H, W, precision, rest, rows=kind == "rows")
+    return TcLayer(weight, bias, H, W, precision, rest, kind=kind)
 
 
 def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, precision: str = "tf32", config=None,

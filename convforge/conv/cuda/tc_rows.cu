@@ -34,8 +34,12 @@
 // Constants: CF_M CF_C CF_H CF_W CF_K, CF_PREC (0 tf32, 1 fp16), CF_MT (maps per warp tile), CF_NC
 // (8-column tiles per warp tile), CF_IB (images per unit), CF_NT (threads), CF_TF32_ROUND, CF_PIPE, CF_EPI,
 // CF_STREAM_STORES (evict-first output stores).
+// Tried and dropped (session 7, benchmarks/h200-2026-11-21-session7/tc_sweep_kp.txt): TF32 with each lane's
+// two k values mapped to adjacent columns (8-byte A and B loads, as FP16's) was 4-12 % slower on all five
+// one-channel layers (fa20 L1 0.645 against 0.575 ms); tc_pairs.cu uses that mapping to better effect.
 
 #include "async_copy.cuh"
+#include "mma.cuh"
 #include "stores.cuh"
 
 #ifndef CF_PREC
@@ -94,71 +98,16 @@ constexpr int EPI_FLOATS = CF_EPI ? NWARPS * 16 * EPITCH : 0;
 static_assert(K <= 9, "the rows kernel covers 8 output columns with 16 input columns: K <= 9");
 static_assert(NT % 32 == 0, "CF_NT must be a multiple of 32");
 
-__device__ __forceinline__ unsigned tf32_bits(float v)
-{
-#if defined(__CUDA_ARCH__)
-    if (!CF_TF32_ROUND) return __float_as_uint(v);
-    unsigned r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
-    return r;
-#elif defined(CF_HOST_EMULATION)
-    return cf_emu_to_tf32(v, CF_TF32_ROUND);
-#else
-    return 0u;
-#endif
-}
-
-__device__ __forceinline__ unsigned half2_bits(float lo, float hi)
-{
-#if defined(__CUDA_ARCH__)
-    unsigned r;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));   // first source -> upper half
-    return r;
-#elif defined(CF_HOST_EMULATION)
-    return cf_emu_pack_half2(lo, hi);
-#else
-    return 0u;
-#endif
-}
-
-__device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1)
-{
-#if defined(__CUDA_ARCH__)
-#if CF_PREC == 0
-    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#else
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#endif
-#elif defined(CF_HOST_EMULATION)
-    cf_emu_mma(d, a, b0, b1, CF_PREC);
-#endif
-}
-
-// Issue the copies of the images b0 .. b0+nimg-1 into dst (one warp per image row, lanes over columns).
+// Issue the copies of the images b0 .. b0+nimg-1 into dst; TF32: round them once they landed.
 __device__ __forceinline__ void stage_async(float* dst, const float* __restrict__ x, int b0, int nimg, int lane,
                                             int warp)
 {
-    const float* const src = x + (long long)b0 * (C * H * W);
-    for (int row = warp; row < nimg * C * H; row += NT / 32)
-        for (int col = lane; col < W; col += 32) copy_async4(dst + row * PITCH + col, src + row * W + col, true);
+    stage_rows_async<W, PITCH, NT>(dst, x + (long long)b0 * (C * H * W), nimg * C * H, lane, warp);
 }
 
-// TF32: round the elements this thread copied (the same loop as stage_async), once its copies landed.
 __device__ __forceinline__ void round_staged(float* dst, int nimg, int lane, int warp)
 {
-    if constexpr (CF_PREC == 0 && CF_TF32_ROUND) {
-        for (int row = warp; row < nimg * C * H; row += NT / 32)
-            for (int col = lane; col < W; col += 32) {
-                float* const v = dst + row * PITCH + col;
-                *v = __uint_as_float(tf32_bits(*v));
-            }
-    }
+    if constexpr (CF_PREC == 0 && CF_TF32_ROUND) round_rows_tf32<W, PITCH, NT>(dst, nimg * C * H, lane, warp);
 }
 
 }  // namespace
@@ -241,6 +190,7 @@ conv_tc_rows(float* __restrict__ y, const float* __restrict__ x, const unsigned*
                     const int xo = (c * H + p) * PITCH;        // rows o + p of channel c
 #if CF_PREC == 0
                     unsigned a[NC][2][4];                      // [column tile][k step][register]
+                    unsigned bw[MT][4];                        // [map][k step * 2 + register]
 #pragma unroll
                     for (int n = 0; n < NC; ++n)
 #pragma unroll
@@ -251,7 +201,6 @@ conv_tc_rows(float* __restrict__ y, const float* __restrict__ x, const unsigned*
                             a[n][s][2] = __float_as_uint(xa0[co + 4]);
                             a[n][s][3] = __float_as_uint(xa1[co + 4]);
                         }
-                    unsigned bw[MT][4];
 #pragma unroll
                     for (int m = 0; m < MT; ++m) {
                         const unsigned* wr = wrow + ((m * C + c) * K + p) * WROW;
@@ -265,7 +214,7 @@ conv_tc_rows(float* __restrict__ y, const float* __restrict__ x, const unsigned*
 #pragma unroll
                         for (int m = 0; m < MT; ++m)
 #pragma unroll
-                            for (int n = 0; n < NC; ++n) mma(acc[m][n], a[n][s], bw[m][2 * s], bw[m][2 * s + 1]);
+                            for (int n = 0; n < NC; ++n) mma<CF_PREC>(acc[m][n], a[n][s], bw[m][2 * s], bw[m][2 * s + 1]);
 #else
                     unsigned a[NC][4];
 #pragma unroll
@@ -285,7 +234,7 @@ conv_tc_rows(float* __restrict__ y, const float* __restrict__ x, const unsigned*
                         const unsigned* wr = wrow + ((m * C + c) * K + p) * WROW;
                         const unsigned bb0 = wr[0], bb1 = wr[8];
 #pragma unroll
-                        for (int n = 0; n < NC; ++n) mma(acc[m][n], a[n], bb0, bb1);
+                        for (int n = 0; n < NC; ++n) mma<CF_PREC>(acc[m][n], a[n], bb0, bb1);
                     }
 #endif
                 }
