@@ -32,4 +32,14 @@ __device__ __forceinline__ void copy_wait()
 #endif
 }
 
+// Stage `rows` image rows of W floats (rows of consecutive images, back to back in global memory) into
+// shared rows of PITCH floats with cp.async: one warp per row, lanes over columns. The caller commits.
+template <int W, int PITCH, int NT>
+__device__ __forceinline__ void stage_rows_async(float* dst, const float* __restrict__ src, int rows, int lane,
+                                                 int warp)
+{
+    for (int row = warp; row < rows; row += NT / 32)
+        for (int col = lane; col < W; col += 32) copy_async4(dst + row * PITCH + col, src + row * W + col, true);
+}
+
 }  // namespace

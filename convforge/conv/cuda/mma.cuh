@@ -1,6 +1,7 @@
-// Warp-level tensor-core helpers shared by the rows and pairs kernels (cuda-tc-*): fp32 -> TF32 bits,
-// two floats -> one half2 word, and one mma.sync (m16n8k8 TF32 or m16n8k16 FP16, fp32 accumulate) in the
-// PTX ISA's fragment layouts. The host emulation (host_emulation.h) gives each the same semantics on a CPU.
+// Warp-level tensor-core helpers shared by the tensor-core kernels (tc.cu, tc_rows.cu, tc_pairs.cu): fp32 ->
+// TF32 bits, two floats -> one half2 word, one mma.sync (m16n8k8 TF32 or m16n8k16 FP16, fp32 accumulate) in
+// the PTX ISA's fragment layouts, and an in-place TF32 rounding of staged rows. The host emulation
+// (host_emulation.h) gives each the same semantics on a CPU.
 // Included textually by cuda_common.load_source; nvcc finds it beside the kernel.
 
 namespace {
@@ -57,17 +58,7 @@ __device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4], unsig
 #endif
 }
 
-// Stage `rows` image rows of W floats (rows of consecutive images, back to back in global memory) into
-// shared rows of PITCH floats with cp.async: one warp per row, lanes over columns. The caller commits.
-template <int W, int PITCH, int NT>
-__device__ __forceinline__ void stage_rows_async(float* dst, const float* __restrict__ src, int rows, int lane,
-                                                 int warp)
-{
-    for (int row = warp; row < rows; row += NT / 32)
-        for (int col = lane; col < W; col += 32) copy_async4(dst + row * PITCH + col, src + row * W + col, true);
-}
-
-// Round in place, to TF32, the elements this thread staged (the same loop as stage_rows_async), once its
+// Round in place, to TF32, the elements this thread staged (async_copy.cuh's stage_rows_async), once its
 // copies have landed: other threads read them only after the caller's barrier.
 template <int W, int PITCH, int NT>
 __device__ __forceinline__ void round_rows_tf32(float* dst, int rows, int lane, int warp)

@@ -20,6 +20,7 @@
 // Constants: CF_M CF_C CF_H CF_W CF_K, CF_PREC (0 tf32, 1 fp16), CF_RM, CF_NT, CF_XSMEM, CF_BSMEM,
 // CF_TF32_ROUND, CF_STREAM_STORES (evict-first output stores).
 
+#include "mma.cuh"
 #include "stores.cuh"
 
 #ifndef CF_PREC
@@ -57,57 +58,10 @@ constexpr int PT = (P + 16 * RM - 1) / (16 * RM);      // position tiles per ima
 constexpr int NWARPS = NT / 32;
 static_assert(NT % 32 == 0, "CF_NT must be a multiple of 32");
 
-// fp32 -> tf32, rounding to nearest (ties away) when `round`, else left for the hardware to truncate.
-__device__ __forceinline__ unsigned to_tf32(float v, bool round)
-{
-#if defined(__CUDA_ARCH__)
-    if (!round) return __float_as_uint(v);
-    unsigned r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
-    return r;
-#elif defined(CF_HOST_EMULATION)
-    return cf_emu_to_tf32(v, round);
-#else
-    return 0u;
-#endif
-}
-
 // the byte offset `off` from `base` (offsets are kept in bytes so a gather is one add and one load)
 __device__ __forceinline__ float at(const float* base, int off)
 {
     return *reinterpret_cast<const float*>(reinterpret_cast<const char*>(base) + off);
-}
-
-__device__ __forceinline__ unsigned pack_half2(float lo, float hi)
-{
-#if defined(__CUDA_ARCH__)
-    unsigned r;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));   // a -> upper half, b -> lower
-    return r;
-#elif defined(CF_HOST_EMULATION)
-    return cf_emu_pack_half2(lo, hi);
-#else
-    return 0u;
-#endif
-}
-
-__device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1)
-{
-#if defined(__CUDA_ARCH__)
-#if CF_PREC == 0
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#else
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#endif
-#elif defined(CF_HOST_EMULATION)
-    cf_emu_mma(d, a, b0, b1, CF_PREC);
-#endif
 }
 
 }  // namespace
@@ -138,7 +92,7 @@ conv_tc(float* __restrict__ y, const float* __restrict__ x, const unsigned* __re
     if constexpr (CF_BSMEM) {
         for (int i = tid; i < BS_WORDS; i += NT) {
             const unsigned v = __ldg(bfrag + i);
-            bs[i] = CF_PREC ? v : to_tf32(__uint_as_float(v), true);
+            bs[i] = CF_PREC ? v : tf32_bits<true>(__uint_as_float(v));
         }
     }
     __syncthreads();
@@ -180,20 +134,20 @@ conv_tc(float* __restrict__ y, const float* __restrict__ x, const unsigned* __re
                 const int k0 = koff[ks * 8 + tig], k1 = koff[ks * 8 + tig + 4];
 #pragma unroll
                 for (int i = 0; i < RM; ++i) {
-                    a[i][0] = to_tf32(at(src, rb0[i] + k0), CF_TF32_ROUND);
-                    a[i][1] = to_tf32(at(src, rb1[i] + k0), CF_TF32_ROUND);
-                    a[i][2] = to_tf32(at(src, rb0[i] + k1), CF_TF32_ROUND);
-                    a[i][3] = to_tf32(at(src, rb1[i] + k1), CF_TF32_ROUND);
+                    a[i][0] = tf32_bits<CF_TF32_ROUND>(at(src, rb0[i] + k0));
+                    a[i][1] = tf32_bits<CF_TF32_ROUND>(at(src, rb1[i] + k0));
+                    a[i][2] = tf32_bits<CF_TF32_ROUND>(at(src, rb0[i] + k1));
+                    a[i][3] = tf32_bits<CF_TF32_ROUND>(at(src, rb1[i] + k1));
                 }
 #else
                 const int k0 = koff[ks * 16 + 2 * tig], k1 = koff[ks * 16 + 2 * tig + 1];
                 const int k2 = koff[ks * 16 + 2 * tig + 8], k3 = koff[ks * 16 + 2 * tig + 9];
 #pragma unroll
                 for (int i = 0; i < RM; ++i) {
-                    a[i][0] = pack_half2(at(src, rb0[i] + k0), at(src, rb0[i] + k1));
-                    a[i][1] = pack_half2(at(src, rb1[i] + k0), at(src, rb1[i] + k1));
-                    a[i][2] = pack_half2(at(src, rb0[i] + k2), at(src, rb0[i] + k3));
-                    a[i][3] = pack_half2(at(src, rb1[i] + k2), at(src, rb1[i] + k3));
+                    a[i][0] = half2_bits(at(src, rb0[i] + k0), at(src, rb0[i] + k1));
+                    a[i][1] = half2_bits(at(src, rb1[i] + k0), at(src, rb1[i] + k1));
+                    a[i][2] = half2_bits(at(src, rb0[i] + k2), at(src, rb0[i] + k3));
+                    a[i][3] = half2_bits(at(src, rb1[i] + k2), at(src, rb1[i] + k3));
                 }
 #endif
 #pragma unroll
@@ -205,11 +159,11 @@ conv_tc(float* __restrict__ y, const float* __restrict__ x, const unsigned* __re
                         b0 = v.x; b1 = v.y;
                     } else {
                         const uint2 v = __ldg(reinterpret_cast<const uint2*>(bfrag + idx));
-                        b0 = CF_PREC ? v.x : to_tf32(__uint_as_float(v.x), true);
-                        b1 = CF_PREC ? v.y : to_tf32(__uint_as_float(v.y), true);
+                        b0 = CF_PREC ? v.x : tf32_bits<true>(__uint_as_float(v.x));
+                        b1 = CF_PREC ? v.y : tf32_bits<true>(__uint_as_float(v.y));
                     }
 #pragma unroll
-                    for (int i = 0; i < RM; ++i) mma(acc[i][n], a[i], b0, b1);
+                    for (int i = 0; i < RM; ++i) mma<CF_PREC>(acc[i][n], a[i], b0, b1);
                 }
             }
 
