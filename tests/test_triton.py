@@ -120,6 +120,25 @@ def test_batch_of_one_and_fresh_data(name):
         _assert_close(check_call(fn, x, ref, _tolerance(impl)), fn, x, ref, _tolerance(impl), f"{name} B={batch}")
 
 
+@pytest.mark.parametrize("label", ["base V4", "V2", "HneW odd", "M50", "loop C6"])
+def test_baked_weights(label):
+    """Weights compiled in as constants (TileConfig(baked=True)), direct and fused: the same function; the
+    channel-loop layers (C*K*K > 64) fall back to loaded weights."""
+    from convforge.conv import triton_direct, triton_fused_layer
+    x, w, b = _case(SHAPES[label], seed=31, bias=True)
+    M, C, K = w.shape[0], w.shape[1], w.shape[2]
+    cfg = triton_common.TileConfig(4, 16, 4, baked=True)
+    constants = triton_direct.kernel_constants(M, C, K, x.shape[2], x.shape[3], True, cfg, (0.5,) * 4)
+    assert constants["BAKED"] == triton_common.can_bake(C, K) == (label != "loop C6")
+    ref = reference_layer(x, w, b)
+    fn = triton_direct.prepare(w, b, config=cfg)
+    tolerance = _tolerance(conv.get("triton-direct"))
+    _assert_close(check_call(fn, x, ref, tolerance), fn, x, ref, tolerance, f"baked direct {label}")
+    ref = reference_layer(x, w, b, "tanh", 2)
+    fn = triton_fused_layer.prepare_fused(w, b, "tanh", 2, config=cfg)
+    _assert_close(check_call(fn, x, ref, tolerance), fn, x, ref, tolerance, f"baked fused {label}")
+
+
 def test_gemm_tf32x3_is_exact():
     """The optional three-pass TF32 precision must meet the exact tolerance (it is fp32-accurate)."""
     from convforge.conv import triton_gemm

@@ -166,13 +166,34 @@ class TileConfig:
     positions_per_thread: int
     max_per_pass: int
     num_warps: int = 4
+    baked: bool = False   # weights compiled into the kernel as FMA immediates (see ``bake_weights``)
 
     @property
     def block(self) -> int:
         return 32 * self.num_warps * self.positions_per_thread
 
     def __str__(self) -> str:
-        return f"R={self.positions_per_thread} maps<={self.max_per_pass} w={self.num_warps}"
+        return (f"R={self.positions_per_thread} maps<={self.max_per_pass} w={self.num_warps}"
+                + (" baked" if self.baked else ""))
+
+
+BAKE_MAX_TAPS = 64   # C*K*K up to which weights are baked: the one-channel layers, whose taps are unrolled
+
+
+def can_bake(channels: int, kernel: int) -> bool:
+    """Weights can be compile-time constants only where every tap index is, i.e. with the channel loop
+    unrolled. Up to BAKE_MAX_TAPS taps it is unrolled anyway. Baking sp18 L2 (150 taps) was tried: 0.970 ms
+    against 0.890 with loaded weights, and minutes to compile (benchmarks/h200-2026-11-21-session7/
+    triton_sweep_baked5.txt)."""
+    return channels * kernel * kernel <= BAKE_MAX_TAPS
+
+
+def bake_weights(packed: torch.Tensor) -> tuple:
+    """The packed weights as a tuple of Python floats, for a ``tl.constexpr`` argument: Triton then
+    specialises the kernel on them and every multiply-add takes its weight as an fp32 immediate (the
+    Triton counterpart of cuda-direct's constant-bank operands; fp32 values convert to float and back
+    exactly). One compiled kernel per weight set."""
+    return tuple(packed.detach().float().cpu().reshape(-1).tolist())
 
 
 # The out= buffer protocol is the registry's, shared with the CUDA C wrappers.
@@ -203,17 +224,32 @@ def contiguous_input(x: torch.Tensor) -> torch.Tensor:
 if triton is not None:
 
     @triton.jit
-    def _tap(x_ptr, w_ptr, x_off, tap_x, tap_w, maps_a, maps_b, acc_a, acc_b, GB: tl.constexpr):
+    def _baked(WTS: tl.constexpr, base, G: tl.constexpr):
+        """(G,) weights WTS[base .. base+G-1] as constants: the selects fold away, leaving immediates."""
+        idx = tl.arange(0, G)
+        wv = tl.zeros([G], dtype=tl.float32)
+        for m in tl.static_range(G):
+            wv = tl.where(idx == m, WTS[base + m], wv)
+        return wv
+
+    @triton.jit
+    def _tap(x_ptr, w_ptr, x_off, tap_x, tap_w, m0, maps_a, maps_b, acc_a, acc_b, GA: tl.constexpr,
+             GB: tl.constexpr, BAKED: tl.constexpr, WTS: tl.constexpr):
         xv = tl.load(x_ptr + x_off + tap_x)[None, :]
-        acc_a += tl.load(w_ptr + tap_w + maps_a)[:, None] * xv
-        if GB > 0:
-            acc_b += tl.load(w_ptr + tap_w + maps_b)[:, None] * xv
+        if BAKED:   # tap_w and m0 are compile-time constants here
+            acc_a += _baked(WTS, tap_w + m0, GA)[:, None] * xv
+            if GB > 0:
+                acc_b += _baked(WTS, tap_w + m0 + GA, GB)[:, None] * xv
+        else:
+            acc_a += tl.load(w_ptr + tap_w + maps_a)[:, None] * xv
+            if GB > 0:
+                acc_b += tl.load(w_ptr + tap_w + maps_b)[:, None] * xv
         return acc_a, acc_b
 
     @triton.jit
     def conv_tile(x_ptr, w_ptr, x_off, m0, GA: tl.constexpr, GB: tl.constexpr, WPITCH: tl.constexpr,
                   BP: tl.constexpr, C: tl.constexpr, H: tl.constexpr, W: tl.constexpr, K: tl.constexpr,
-                  UNROLL_C: tl.constexpr):
+                  UNROLL_C: tl.constexpr, BAKED: tl.constexpr, WTS: tl.constexpr):
         """sum over c, p, q of x[x_off + c*H*W + p*W + q] * w[(c,p,q), m], for the maps m0 .. m0+GA-1
         (first tile, (GA, BP)) and m0+GA .. m0+GA+GB-1 (second tile, (max(GB, 1), BP); unused if GB = 0).
 
@@ -221,7 +257,9 @@ if triton is not None:
         x positions, so every map of a lane's positions is in that lane's registers: per tap a lane
         loads its inputs once (one per position; a V-wide hinted x_off turns them into vector loads
         shared across taps), one uniform 16-byte weight load per 4 maps, and GA + GB FMAs per position.
-        The K x K taps are unrolled (immediate offsets); the channels too when UNROLL_C. The caller's
+        The K x K taps are unrolled (immediate offsets); the channels too when UNROLL_C. With BAKED (needs
+        UNROLL_C and a compile-time m0: the caller's pass loop is static) the weights come from the
+        constexpr tuple WTS (``bake_weights``) as FMA immediates and no weight is loaded. The caller's
         hints decide the layout: it must match the sums' (see the kernels' comments).
         """
         maps_a = m0 + tl.arange(0, GA)
@@ -233,13 +271,15 @@ if triton is not None:
                 for p in tl.static_range(K):
                     for q in tl.static_range(K):
                         acc_a, acc_b = _tap(x_ptr, w_ptr, x_off, c * H * W + p * W + q,
-                                            ((c * K + p) * K + q) * WPITCH, maps_a, maps_b, acc_a, acc_b, GB)
+                                            ((c * K + p) * K + q) * WPITCH, m0, maps_a, maps_b, acc_a, acc_b,
+                                            GA, GB, BAKED, WTS)
         else:
             for c in range(C):
                 for p in tl.static_range(K):
                     for q in tl.static_range(K):
                         acc_a, acc_b = _tap(x_ptr, w_ptr, x_off, c * H * W + p * W + q,
-                                            ((c * K + p) * K + q) * WPITCH, maps_a, maps_b, acc_a, acc_b, GB)
+                                            ((c * K + p) * K + q) * WPITCH, m0, maps_a, maps_b, acc_a, acc_b,
+                                            GA, GB, False, 0)
         return acc_a, acc_b
 
     @triton.jit
@@ -297,6 +337,8 @@ def _bench(args) -> int:  # pragma: no cover - needs a GPU
     torch.backends.cudnn.allow_tf32 = False
     print(f"{'layer':8s} {'kernel':46s} {'ms':>8s} {'floor':>7s} {'%floor':>7s} {'error':>8s}")
     for label, shape1, fusion in preset_layers([w for w in args.layers.split(",") if w]):
+        if (args.channels == "one" and shape1.C != 1) or (args.channels == "many" and shape1.C == 1):
+            continue
         s = shape1.with_batch(args.batch)
         g = torch.Generator(device="cuda").manual_seed(1)
         x = torch.rand((s.B, s.C, s.H, s.W), device="cuda", generator=g) * 255 - 64
@@ -308,11 +350,14 @@ def _bench(args) -> int:  # pragma: no cover - needs a GPU
                 runs.append((f"{name} {fusion[0]}+pool{fusion[1]}", impl.prepare_fused(w, None, *fusion), fusion))
             if not impl.fuses or args.unfused or fusion is None:
                 runs.append((name, impl.prepare(w, None), None))
-        if args.sweep:
-            for cfg in triton_direct.SWEEP:
+        configs = ([TileConfig(*(int(v) for v in c.split(","))) for c in args.configs.split(";") if c]
+                   if args.configs else None)
+        if args.sweep in ("all", "direct"):
+            for cfg in configs or triton_direct.SWEEP:
                 runs.append((f"  direct {cfg}", triton_direct.prepare(w, None, config=cfg), None))
+        if args.sweep in ("all", "fused"):
             if fusion is not None:
-                for cfg in triton_fused_layer.SWEEP:
+                for cfg in configs or triton_fused_layer.SWEEP:
                     runs.append((f"  fused {cfg}", triton_fused_layer.prepare_fused(w, None, *fusion, config=cfg),
                                  fusion))
         for name, fn, fus in runs:
@@ -384,14 +429,26 @@ def _sass(args) -> int:
         flags = ("  SPILLS" if stats["spill"] else "") + ("  smem" if stats["smem"] else "")
         print(f"{label:8s} {what:44s} regs {stats['regs']:3d}{extra}{flags}", flush=True)
 
+    from dataclasses import replace
+
+    def weights_for(s, cfg):   # random weights to bake (a baked kernel is compiled per weight set)
+        if not (cfg.baked and can_bake(s.C, s.K)):
+            return ()
+        plan = plan_maps(s.M, cfg.positions_per_thread, cfg.max_per_pass)
+        g = torch.Generator().manual_seed(0)
+        return bake_weights(pack_weights(torch.randn(s.M, s.C, s.K, s.K, generator=g), plan.width))
+
     pointers = ("x_ptr", "w_ptr", "b_ptr", "y_ptr")
     for label, s, fusion in preset_layers([w for w in args.layers.split(",") if w]):
         cfg = triton_direct.choose_config(s.M, s.C, s.K)
-        c = triton_direct.kernel_constants(s.M, s.C, s.K, s.H, s.W, False, cfg)
+        cfg = replace(cfg, baked=True) if args.baked else cfg
+        c = triton_direct.kernel_constants(s.M, s.C, s.K, s.H, s.W, False, cfg, weights_for(s, cfg))
         show(label, f"direct {cfg} V={c['V']}", _sass_stats(build(triton_direct._direct_kernel, pointers, c)))
         if fusion is not None:
             cfg = triton_fused_layer.choose_config(s.M, s.C, s.K, fusion[1])
-            c = triton_fused_layer.kernel_constants(s.M, s.C, s.K, s.H, s.W, False, *fusion, cfg)
+            cfg = replace(cfg, baked=True) if args.baked else cfg
+            c = triton_fused_layer.kernel_constants(s.M, s.C, s.K, s.H, s.W, False, *fusion, cfg,
+                                                    weights_for(s, cfg))
             show(label, f"fused {fusion[0]}+pool{fusion[1]} {cfg}",
                  _sass_stats(build(triton_fused_layer._fused_kernel, pointers, c)))
         if args.gemm:
@@ -416,12 +473,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--layers", default="", help="comma-separated preset prefixes, e.g. fa17,sp18 (default all)")
     p.add_argument("--impls", default="triton-direct,triton-gemm,triton-gemm-tf32,triton-fused-layer")
     p.add_argument("--unfused", action="store_true", help="also time fusing kernels without their fusion")
-    p.add_argument("--sweep", action="store_true", help="also time the direct and fused tuning variants")
+    p.add_argument("--sweep", nargs="?", const="all", choices=("all", "direct", "fused"),
+                   help="also time the direct and/or fused tuning variants (default: both)")
     p.add_argument("--check-batch", type=int, default=4, help="images checked against float64 per kernel")
+    p.add_argument("--channels", choices=("all", "one", "many"), default="all",
+                   help="only the one-channel (first) layers, or only the others")
+    p.add_argument("--configs", default="", metavar="R,MAPS,WARPS[,BAKED];...",
+                   help="with --sweep: time these tile configs instead of the modules' SWEEP lists")
     p = sub.add_parser("sass", help="compile for sm_90 here (no GPU) and report registers, spills, FFMA share")
     p.add_argument("--layers", default="")
     p.add_argument("--arch", type=int, default=90)
     p.add_argument("--gemm", action="store_true", help="also every autotune config of the GEMM kernels")
+    p.add_argument("--baked", action="store_true", help="the direct and fused kernels with baked weights")
     args = parser.parse_args(argv)
     return _bench(args) if args.command == "bench" else _sass(args)
 

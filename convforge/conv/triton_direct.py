@@ -11,9 +11,16 @@ W-K+1, a lane owns runs of V neighbouring positions: its stores are V-wide vecto
 segments are loaded once as aligned vectors, LLVM forwarding the shifted taps' values from them (2 loads
 instead of 20 per row of a 5x5 kernel). Otherwise one position per lane: a warp still reads and writes
 32 neighbouring floats. The bias is added in the epilogue.
+Baked weights (``TileConfig(baked=True)``, the default on the one-channel layers, C*K*K <= 64): the packed
+weights are passed as a ``tl.constexpr`` tuple, so Triton compiles one kernel per weight set in which every
+multiply-add takes its weight as an fp32 immediate and no weight is loaded (the Triton counterpart of
+cuda-direct's constant-bank operands; the passes over the maps become static so each weight index is a
+constant). It took fa18 L1 from 1.404 to 0.967 ms and fa20 L1 from 0.738 to 0.577 (H200, B = 10000). Each
+prepared layer compiles once, on its first call (a few seconds); the engine's warm-up pass absorbs that.
 Course step: milestone 3's direct kernel with milestone 4's optimisations: compile-time K and C (the
 constant-memory / template tricks), register tiling over output maps (input reuse), thread coarsening
-over positions, fused bias, coalesced and vectorised stores.
+over positions, fused bias, coalesced and vectorised stores; with baked weights, the
+course's "weights in constant memory" taken to compile-time constants on the first layers.
 Bottleneck: the C = 1 layers sit at the H200's ridge (each output float costs 2*K*K FLOPs and 4 bytes
 of writes): FP32 FMA issue and the DRAM write stream both run near their limits. The C = 4..12 layers
 are FMA-bound. In the sm_90 SASS 77-89 % of the issued instructions are FFMA (83-89 % for M >= 12;
@@ -37,12 +44,24 @@ Config = common.TileConfig
 DEFAULT = Config(4, 24, 4)
 # Variants that ``python -m convforge.conv.triton_common bench --sweep`` times on a GPU.
 SWEEP = (Config(4, 24, 4), Config(8, 24, 4), Config(4, 16, 4), Config(8, 12, 4), Config(8, 8, 4),
-         Config(2, 32, 8), Config(4, 24, 8), Config(4, 32, 4))
+         Config(2, 32, 8), Config(4, 24, 8), Config(4, 32, 4),
+         Config(4, 24, 4, True), Config(8, 24, 4, True), Config(4, 16, 4, True), Config(8, 12, 4, True),
+         Config(8, 8, 4, True), Config(16, 8, 4, True), Config(4, 32, 4, True))
+
+
+# Measured (B = 10000, H200, benchmarks/h200-2026-11-21-session7/triton_sweep_baked*.txt): baked weights on
+# the one-channel layers, 4 positions per lane (sp18 L1 0.302 ms against 0.353 with 8; fa18 L1 0.969 against
+# 1.385), except fa19 L1 (0.661 with 8 positions and passes of 12 maps, 0.690 with 4) and fa17 L1 (2 positions
+# and passes of up to 32 maps: 0.322 against 0.401 with 4, triton_sweep_baked6.txt; not yet in a bench run).
+TUNED_BAKED = {(12, 1, 5): Config(8, 12, 4, True), (50, 1, 5): Config(2, 32, 4, True)}
 
 
 def choose_config(maps: int, channels: int, kernel: int) -> Config:
-    """Heuristic per layer shape (from the SASS: FFMA share of the tap loop, registers, no spills);
-    ``python -m convforge.conv.triton_common bench --sweep`` times the alternatives on a GPU."""
+    """Per layer shape: baked weights where they can be (``common.can_bake``), else a heuristic (from the
+    SASS: FFMA share of the tap loop, registers, no spills); ``python -m convforge.conv.triton_common bench
+    --sweep`` times the alternatives on a GPU."""
+    if common.can_bake(channels, kernel):
+        return TUNED_BAKED.get((maps, channels, kernel), Config(4, 24, 4, True))
     if maps <= 8 and unroll_channels(channels, kernel):
         return Config(8, 24, 4)   # few maps: 8 positions per lane share each weight load (74 -> 79 % FFMA)
     return DEFAULT
@@ -62,8 +81,9 @@ if triton is not None:
     def _pass(x_ptr, w_ptr, b_ptr, y_ptr, x_off, y_off, valid, m0, GA: tl.constexpr, GB: tl.constexpr,
               WPITCH: tl.constexpr, BP: tl.constexpr, C: tl.constexpr, H: tl.constexpr, W: tl.constexpr,
               K: tl.constexpr, M: tl.constexpr, HOWO: tl.constexpr, HAS_BIAS: tl.constexpr,
-              UNROLL_C: tl.constexpr):
-        acc_a, acc_b = common.conv_tile(x_ptr, w_ptr, x_off, m0, GA, GB, WPITCH, BP, C, H, W, K, UNROLL_C)
+              UNROLL_C: tl.constexpr, BAKED: tl.constexpr, WTS: tl.constexpr):
+        acc_a, acc_b = common.conv_tile(x_ptr, w_ptr, x_off, m0, GA, GB, WPITCH, BP, C, H, W, K, UNROLL_C, BAKED,
+                                        WTS)
         _store(y_ptr, b_ptr, acc_a, y_off, valid, m0, GA, M, HOWO, HAS_BIAS)
         if GB > 0:
             _store(y_ptr, b_ptr, acc_b, y_off, valid, m0 + GA, GB, M, HOWO, HAS_BIAS)
@@ -72,7 +92,8 @@ if triton is not None:
     def _direct_kernel(x_ptr, w_ptr, b_ptr, y_ptr, B,
                        C: tl.constexpr, H: tl.constexpr, W: tl.constexpr, K: tl.constexpr, M: tl.constexpr,
                        GA: tl.constexpr, GB: tl.constexpr, N: tl.constexpr, TA: tl.constexpr, TB: tl.constexpr,
-                       V: tl.constexpr, BP: tl.constexpr, HAS_BIAS: tl.constexpr, UNROLL_C: tl.constexpr):
+                       V: tl.constexpr, BP: tl.constexpr, HAS_BIAS: tl.constexpr, UNROLL_C: tl.constexpr,
+                       BAKED: tl.constexpr, WTS: tl.constexpr):
         HO: tl.constexpr = H - K + 1
         WO: tl.constexpr = W - K + 1
         HOWO: tl.constexpr = HO * WO
@@ -97,12 +118,17 @@ if triton is not None:
             # (Hints must sit on values defined here, not on arguments.)
             x_off = tl.multiple_of(x_off, 1)
             y_off = tl.max_contiguous(tl.multiple_of(y_off, 1), 2)
-        for g in range(N):
-            _pass(x_ptr, w_ptr, b_ptr, y_ptr, x_off, y_off, valid, g * (GA + GB), GA, GB, WPITCH, BP, C, H, W, K,
-                  M, HOWO, HAS_BIAS, UNROLL_C)
+        if BAKED:   # static passes: each pass's first map is a constant, so are its weights' indices
+            for g in tl.static_range(N):
+                _pass(x_ptr, w_ptr, b_ptr, y_ptr, x_off, y_off, valid, g * (GA + GB), GA, GB, WPITCH, BP, C, H, W,
+                      K, M, HOWO, HAS_BIAS, UNROLL_C, BAKED, WTS)
+        else:
+            for g in range(N):
+                _pass(x_ptr, w_ptr, b_ptr, y_ptr, x_off, y_off, valid, g * (GA + GB), GA, GB, WPITCH, BP, C, H, W,
+                      K, M, HOWO, HAS_BIAS, UNROLL_C, BAKED, WTS)
         if TA > 0:
             _pass(x_ptr, w_ptr, b_ptr, y_ptr, x_off, y_off, valid, N * (GA + GB), TA, TB, WPITCH, BP, C, H, W, K,
-                  M, HOWO, HAS_BIAS, UNROLL_C)
+                  M, HOWO, HAS_BIAS, UNROLL_C, BAKED, WTS)
 
 
 def unavailable_reason() -> Optional[str]:
@@ -115,15 +141,18 @@ def unroll_channels(channels: int, kernel: int) -> bool:
 
 
 def kernel_constants(maps: int, channels: int, kernel: int, height: int, width: int, has_bias: bool,
-                     cfg: Config) -> dict:
-    """Every compile-time argument of _direct_kernel (and num_warps / num_stages) for one layer shape."""
+                     cfg: Config, weights: tuple = ()) -> dict:
+    """Every compile-time argument of _direct_kernel (and num_warps / num_stages) for one layer shape;
+    ``weights``: the baked weights (``common.bake_weights``) when ``cfg.baked``."""
     plan = common.plan_maps(maps, cfg.positions_per_thread, cfg.max_per_pass)
+    baked = cfg.baked and common.can_bake(channels, kernel)
     unroll = unroll_channels(channels, kernel)
     # num_stages=1: the channel loop's loads hit L1; software pipelining would stage them through
     # shared memory for nothing (seen in the SASS).
     return dict(C=channels, H=height, W=width, K=kernel, M=maps, **plan.constants(),
                 V=common.vector_width(width, kernel, cfg.positions_per_thread, unroll), BP=cfg.block,
-                HAS_BIAS=has_bias, UNROLL_C=unroll, num_warps=cfg.num_warps, num_stages=1)
+                HAS_BIAS=has_bias, UNROLL_C=unroll, BAKED=baked, WTS=weights if baked else 0,
+                num_warps=cfg.num_warps, num_stages=1)
 
 
 def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, config: Optional[Config] = None):
@@ -134,6 +163,7 @@ def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, config: O
     plan = common.plan_maps(maps, cfg.positions_per_thread, cfg.max_per_pass)
     packed = common.pack_weights(weight, plan.width)
     packed_bias = common.pack_bias(bias, plan.width, weight)
+    baked = common.bake_weights(packed) if cfg.baked and common.can_bake(channels, kernel) else ()
     launches: dict = {}   # input (H, W) -> constants: one dict lookup per call
 
     def run(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -144,7 +174,7 @@ def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, config: O
         constants = launches.get((height, width))
         if constants is None:
             constants = launches[(height, width)] = kernel_constants(maps, channels, kernel, height, width,
-                                                                     bias is not None, cfg)
+                                                                     bias is not None, cfg, baked)
         x = common.contiguous_input(x)
         for xs, ys, n in common.batch_views(x, buffer, max(channels * height * width, maps * ho * wo)):
             _direct_kernel[(triton.cdiv(n * ho * wo, cfg.block),)](xs, packed, packed_bias, ys, n, **constants)

@@ -12,7 +12,9 @@ branch at run time) are applied once per pooled output: all three are monotone, 
 act(max(conv) + bias) = max(act(conv + bias)). Only the pooled map is written (pool^2 fewer bytes).
 Windows follow F.max_pool2d's floor semantics: rows and columns past the last whole window are never
 computed. A pool that is not a power of two loops over the window with a running max. ``prepare``
-(pool 1, no activation) is the plain convolution with the bias fused.
+(pool 1, no activation) is the plain convolution with the bias fused. On the one-channel layers the
+weights are baked into the kernel as FMA immediates, as in triton-direct (``TileConfig(baked=True)``): fa18
+from 1.351 to 0.963 ms, fa19 from 0.718 to 0.522, sp18 from 0.358 to 0.240 (H200, B = 10000).
 Course step: milestone 4's kernel fusion ("fuse the unrolling, the matrix multiply and the pooling"),
 with the compile-time shapes and register tiling of the direct kernels.
 Bottleneck: FP32 FMA issue: with the output cut by pool^2 every course layer becomes compute-bound
@@ -37,12 +39,19 @@ triton, tl = common.triton, common.tl
 Config = common.TileConfig
 DEFAULT = Config(4, 16, 4)
 SWEEP = (Config(4, 16, 4), Config(8, 8, 4), Config(4, 24, 4), Config(8, 12, 4), Config(4, 12, 4),
-         Config(4, 16, 8), Config(16, 8, 4))
+         Config(4, 16, 8), Config(16, 8, 4),
+         Config(4, 16, 4, True), Config(8, 8, 4, True), Config(4, 24, 4, True), Config(8, 12, 4, True),
+         Config(16, 8, 4, True))
 
 
 def choose_config(maps: int, channels: int, kernel: int, pool: int) -> Config:
-    """Heuristic per layer shape (from the SASS: FFMA share, registers, no spills);
-    ``python -m convforge.conv.triton_common bench --sweep`` times the alternatives on a GPU."""
+    """Per layer shape: baked weights where they can be (``common.can_bake``; measured on an H200,
+    benchmarks/h200-2026-11-21-session7/triton_sweep_baked*.txt: 8 positions per lane for few maps, sp18 L1
+    0.236 ms; else 4 positions and passes of up to 12 maps, fa17 0.348 against 0.371 with 16), else a
+    heuristic (from the SASS: FFMA share, registers, no spills); ``python -m convforge.conv.triton_common
+    bench --sweep`` times the alternatives on a GPU."""
+    if common.can_bake(channels, kernel):
+        return Config(8, 8, 4, True) if maps <= 8 and pool <= 2 else Config(4, 12, 4, True)
     if maps <= 8 and channels * kernel * kernel <= 64 and pool <= 2:
         return Config(8, 8, 4)    # few maps: two pooled outputs per lane share each weight load
     return DEFAULT
@@ -79,7 +88,7 @@ if triton is not None:
               WPITCH: tl.constexpr, BP: tl.constexpr, BPP: tl.constexpr, C: tl.constexpr, H: tl.constexpr,
               W: tl.constexpr, K: tl.constexpr, M: tl.constexpr, HPWP: tl.constexpr, P: tl.constexpr,
               PI: tl.constexpr, PJ: tl.constexpr, JL: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
-              UNROLL_C: tl.constexpr):
+              UNROLL_C: tl.constexpr, BAKED: tl.constexpr, WTS: tl.constexpr):
         GBX: tl.constexpr = GB if GB > 0 else 1
         best_a = tl.full([GA, BPP], float("-inf"), tl.float32)
         best_b = tl.full([GBX, BPP], float("-inf"), tl.float32)
@@ -88,7 +97,7 @@ if triton is not None:
         for ii in range(P // PI):
             for jj in tl.static_range(P // PJ):
                 acc_a, acc_b = common.conv_tile(x_ptr, w_ptr, x_off + (ii * W + jj), m0, GA, GB, WPITCH, BP,
-                                                C, H, W, K, UNROLL_C)
+                                                C, H, W, K, UNROLL_C, BAKED, WTS)
                 best_a = _window_max(best_a, acc_a, GA, PI, BPP, PJ, JL)
                 if GB > 0:
                     best_b = _window_max(best_b, acc_b, GBX, PI, BPP, PJ, JL)
@@ -101,7 +110,8 @@ if triton is not None:
                       C: tl.constexpr, H: tl.constexpr, W: tl.constexpr, K: tl.constexpr, M: tl.constexpr,
                       P: tl.constexpr, PI: tl.constexpr, PJ: tl.constexpr, JL: tl.constexpr, ACT: tl.constexpr,
                       GA: tl.constexpr, GB: tl.constexpr, N: tl.constexpr, TA: tl.constexpr, TB: tl.constexpr,
-                      BP: tl.constexpr, HAS_BIAS: tl.constexpr, UNROLL_C: tl.constexpr):
+                      BP: tl.constexpr, HAS_BIAS: tl.constexpr, UNROLL_C: tl.constexpr, BAKED: tl.constexpr,
+                      WTS: tl.constexpr):
         HP: tl.constexpr = (H - K + 1) // P
         WP: tl.constexpr = (W - K + 1) // P
         HPWP: tl.constexpr = HP * WP
@@ -134,12 +144,17 @@ if triton is not None:
         valid = opos < B * HPWP
         ob = tl.minimum(opos // HPWP, B - 1)
         y_off = tl.max_contiguous(tl.multiple_of(ob * (M * HPWP) + opos % HPWP, 1), 2)
-        for g in range(N):
-            _pass(x_ptr, w_ptr, b_ptr, y_ptr, x_off, y_off, valid, g * (GA + GB), GA, GB, WPITCH, BP, BPP,
-                  C, H, W, K, M, HPWP, P, PI, PJ, JL, HAS_BIAS, ACT, UNROLL_C)
+        if BAKED:   # static passes: each pass's first map is a constant, so are its weights' indices
+            for g in tl.static_range(N):
+                _pass(x_ptr, w_ptr, b_ptr, y_ptr, x_off, y_off, valid, g * (GA + GB), GA, GB, WPITCH, BP, BPP,
+                      C, H, W, K, M, HPWP, P, PI, PJ, JL, HAS_BIAS, ACT, UNROLL_C, BAKED, WTS)
+        else:
+            for g in range(N):
+                _pass(x_ptr, w_ptr, b_ptr, y_ptr, x_off, y_off, valid, g * (GA + GB), GA, GB, WPITCH, BP, BPP,
+                      C, H, W, K, M, HPWP, P, PI, PJ, JL, HAS_BIAS, ACT, UNROLL_C, BAKED, WTS)
         if TA > 0:
             _pass(x_ptr, w_ptr, b_ptr, y_ptr, x_off, y_off, valid, N * (GA + GB), TA, TB, WPITCH, BP, BPP,
-                  C, H, W, K, M, HPWP, P, PI, PJ, JL, HAS_BIAS, ACT, UNROLL_C)
+                  C, H, W, K, M, HPWP, P, PI, PJ, JL, HAS_BIAS, ACT, UNROLL_C, BAKED, WTS)
 
 
 def unavailable_reason() -> Optional[str]:
@@ -162,13 +177,16 @@ def window_split(pool: int, positions_per_thread: int) -> tuple[int, int, bool]:
 
 
 def kernel_constants(maps: int, channels: int, kernel: int, height: int, width: int, has_bias: bool,
-                     activation: Optional[str], pool: int, cfg: Config) -> dict:
-    """Every compile-time argument of _fused_kernel (and num_warps / num_stages) for one layer shape."""
+                     activation: Optional[str], pool: int, cfg: Config, weights: tuple = ()) -> dict:
+    """Every compile-time argument of _fused_kernel (and num_warps / num_stages) for one layer shape;
+    ``weights``: the baked weights (``common.bake_weights``) when ``cfg.baked``."""
     plan = common.plan_maps(maps, cfg.positions_per_thread, cfg.max_per_pass)
+    baked = cfg.baked and common.can_bake(channels, kernel)
     rows, cols, cols_in_lanes = window_split(pool, cfg.positions_per_thread)
     return dict(C=channels, H=height, W=width, K=kernel, M=maps, P=pool, PI=rows, PJ=cols, JL=cols_in_lanes,
                 ACT=common.ACTIVATION_CODES[activation], **plan.constants(), BP=cfg.block, HAS_BIAS=has_bias,
-                UNROLL_C=channels * kernel * kernel <= 64, num_warps=cfg.num_warps, num_stages=1)
+                UNROLL_C=channels * kernel * kernel <= 64, BAKED=baked, WTS=weights if baked else 0,
+                num_warps=cfg.num_warps, num_stages=1)
 
 
 def _prepare(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Optional[str], pool: int,
@@ -184,6 +202,7 @@ def _prepare(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Opt
     plan = common.plan_maps(maps, cfg.positions_per_thread, cfg.max_per_pass)
     packed = common.pack_weights(weight, plan.width)
     packed_bias = common.pack_bias(bias, plan.width, weight)
+    baked = common.bake_weights(packed) if cfg.baked and common.can_bake(channels, kernel) else ()
     rows, cols, _ = window_split(pool, cfg.positions_per_thread)
     block_out = cfg.block // (rows * cols)
     launches: dict = {}   # input (H, W) -> constants: one dict lookup per call
@@ -198,7 +217,7 @@ def _prepare(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Opt
         constants = launches.get((height, width))
         if constants is None:
             constants = launches[(height, width)] = kernel_constants(
-                maps, channels, kernel, height, width, bias is not None, activation, pool, cfg)
+                maps, channels, kernel, height, width, bias is not None, activation, pool, cfg, baked)
         x = common.contiguous_input(x)
         for xs, ys, n in common.batch_views(x, buffer, max(channels * height * width, maps * hp * wp)):
             _fused_kernel[(triton.cdiv(n * hp * wp, block_out),)](xs, packed, packed_bias, ys, n, **constants)
