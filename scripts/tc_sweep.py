@@ -1,4 +1,4 @@
-"""Time the tensor-core kernels' launch shapes (gather and rows) on every preset layer, B = 10000.
+"""Time the tensor-core kernels' launch shapes (gather, rows and pairs) on every preset layer, B = 10000.
 
     python3 scripts/tc_sweep.py [--layers "fa20 L1,fa17 L1"] [--batch 10000] [--json out.json] [--epi] [--configs JSON | --variants K=V,...;...]
 
@@ -35,6 +35,12 @@ def layer_configs(M, C, H, W, K, epi=False, only=None, variants=None, precision=
                     if mt != default_mt and mt * 8 <= cuda_tc.ROWS_MAX_ACC]
         if epi:
             configs += [dict(c, epi=1) for c in configs if c["kernel"] == "rows"]
+    for pairs in ({}, {"rt": 1}, {"rt": 4}, {"ib": 2}, {"nt": 64}, {"nt": 256}):
+        try:   # K <= 7 and the register estimate
+            cuda_tc.plan_pairs(M, C, H, W, K, precision or "tf32", pairs)
+        except ValueError:
+            continue
+        configs.append(dict(pairs, kernel="pairs"))
     return configs
 
 

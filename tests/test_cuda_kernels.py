@@ -67,6 +67,13 @@ def _data(shape, seed, bias, unit=False, device="cpu"):
     return x.to(device), w.to(device), None if b is None else b.to(device)
 
 
+def _tf32(t, nearest=True):
+    """fp32 -> the TF32 value a tensor core multiplies: rounded to nearest, ties away (cvt.rna), or truncated."""
+    bits = t.contiguous().view(torch.int32)
+    bits = torch.where(torch.isfinite(t), (bits + 0x1000) & -0x2000, bits) if nearest else bits & -0x2000
+    return bits.view(torch.float32)
+
+
 def _reference(x, w, b, activation=None, pool=None):
     return reference_layer(x, w, b, activation, pool)
 
@@ -432,6 +439,13 @@ def test_emulated_tc_pairs_kernel(emulation):
             fn = cuda_tc.prepare(w, b, precision=precision, config=dict(config or {}, kernel="pairs"))
             assert isinstance(fn.layer_for(shape[3], shape[4]).geom, cuda_tc.PairsGeometry)
             _check(fn, x, _reference(x, w, b), 1e-2, f"tc pairs {precision} {shape} {config}")
+            # and exactly (fp32 accumulation only) against float64 on the inputs as the tensor cores see them:
+            # TF32 rounded to nearest (truncated with round 0) with weights rounded to nearest, or FP16
+            if precision == "fp16":
+                xr, wr = x.half().float(), w.half().float()
+            else:
+                xr, wr = _tf32(x, nearest=(config or {}).get("round", 1) == 1), _tf32(w, nearest=True)
+            _check(fn, x, _reference(xr, wr, b), 1e-5, f"tc pairs {precision} {shape} {config}, rounded inputs")
 
 
 @needs_cxx

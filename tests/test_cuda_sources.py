@@ -74,6 +74,11 @@ def _specs() -> list[tuple[str, cc.KernelSpec]]:
         for spec in cuda_direct.kernel_specs(*shape, pool=pool, activation=cc.activation_code("tanh") if pool > 1 else 0,
                                              config=config):
             specs.setdefault(spec, f"cuda_direct {config} pool{pool} M=%d C=%d H=%d W=%d K=%d" % shape)
+    # the pairs kernel at the edges of its planning limits: 24 maps (default_kernel's cap) and an FP16 plan
+    # whose register estimate is close to PAIRS_MAX_REGS
+    for shape, precision, config in (((24, 1, 30, 30, 7), "tf32", {}), ((12, 1, 72, 72, 7), "fp16", {"rt": 8})):
+        spec = cuda_tc.plan_pairs(*shape, precision, config).spec()
+        specs.setdefault(spec, f"cuda_tc pairs {precision} {config} M=%d C=%d H=%d W=%d K=%d" % shape)
     return [(label, spec) for spec, label in specs.items()]
 
 

@@ -20,7 +20,8 @@ pytest.importorskip("triton", reason="Triton is not installed: pip install 'conv
 
 from convforge import conv  # noqa: E402
 from convforge.conv import triton_common  # noqa: E402
-from convforge.harness.check import check_call, describe_mismatch, random_case, reference_layer  # noqa: E402
+from convforge.harness.check import (check_call, describe_mismatch, random_case, reference_layer,  # noqa: E402
+                                     relative_error)
 
 # tanh and sigmoid compute e^x and let it overflow to inf on purpose (1 - 2/inf = 1); NumPy warns.
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in exp2:RuntimeWarning")
@@ -121,7 +122,7 @@ def test_batch_of_one_and_fresh_data(name):
 
 
 @pytest.mark.parametrize("label", ["base V4", "V2", "HneW odd", "M50", "loop C6"])
-def test_baked_weights(label):
+def test_baked_weights(label, monkeypatch):
     """Weights compiled in as constants (TileConfig(baked=True)), direct and fused: the same function; the
     channel-loop layers (C*K*K > 64) fall back to loaded weights."""
     from convforge.conv import triton_direct, triton_fused_layer
@@ -131,9 +132,18 @@ def test_baked_weights(label):
     constants = triton_direct.kernel_constants(M, C, K, x.shape[2], x.shape[3], True, cfg, (0.5,) * 4)
     assert constants["BAKED"] == triton_common.can_bake(C, K) == (label != "loop C6")
     ref = reference_layer(x, w, b)
+    packed = []   # the weight buffer the kernel may read: zeroed below, a baked kernel must not notice
+    pack = triton_common.pack_weights
+    monkeypatch.setattr(triton_common, "pack_weights", lambda *a: packed.append(pack(*a)) or packed[-1])
     fn = triton_direct.prepare(w, b, config=cfg)
     tolerance = _tolerance(conv.get("triton-direct"))
     _assert_close(check_call(fn, x, ref, tolerance), fn, x, ref, tolerance, f"baked direct {label}")
+    packed[-1].zero_()
+    zeroed = fn(x)
+    if constants["BAKED"]:
+        assert torch.equal(zeroed, fn(x)) and float(relative_error(zeroed, ref)) <= tolerance, label
+    else:   # the loaded path reads the buffer: the check above would have caught a baked kernel that did
+        assert float(relative_error(zeroed, ref)) > 0.5, label
     ref = reference_layer(x, w, b, "tanh", 2)
     fn = triton_fused_layer.prepare_fused(w, b, "tanh", 2, config=cfg)
     _assert_close(check_call(fn, x, ref, tolerance), fn, x, ref, tolerance, f"baked fused {label}")

@@ -10,9 +10,10 @@ F.max_pool2d, are never computed):
 - ``direct`` (one input channel): ``cuda/direct.cu``, cuda-direct's pooled kernel: weights as constant-bank
   FFMA operands, a thread's tile of pool rows x columns x maps in registers, only the pooled values stored.
   On one channel the implicit GEMM's reduction is only K*K long, so its shared-memory staging and address
-  arithmetic cost more than the FFMAs: in the B = 10000 bench on an H200 (RESULTS.md, seventh run) the
-  direct kernel took 0.36-0.75x the regtile kernel's time on all five one-channel pooled layers (fa17 0.361
-  against 0.456 ms), and the regtile kernel won the four-channel fa20 L2 (1.338 against 1.585 ms).
+  arithmetic cost more than the FFMAs: in the B = 10000 bench on an H200 (RESULTS.md, run 10 in the seventh
+  GPU section) the direct kernel took 0.66-0.79x the regtile kernel's time on all six one-channel pooled
+  layers (fa17 0.361 against 0.456 ms), and the regtile kernel won the four-channel fa20 L2 (1.338 against
+  1.585 ms).
 ``config`` picks a design and its launch shape: {"kernel": "direct", "mg": ..} or a regtile config
 ({"kernel": "regtile", "tm": ..}, "kernel" optional, as the sweeps pass them). ``prepare`` (no fusion) is
 cuda-fused-gemm.
@@ -41,7 +42,7 @@ prepare = gemm.prepare
 def design(C: int, config=None) -> tuple[str, Optional[object]]:
     """(kernel design, its launch config or None for that design's tuned/modelled default) for a layer of C
     input channels: ``direct`` for one channel, ``regtile`` otherwise, unless ``config`` names one."""
-    if config is None:
+    if config is None or (isinstance(config, dict) and not config):
         return ("direct" if C == 1 else "regtile"), None
     if isinstance(config, direct.DirectConfig):
         return "direct", config

@@ -78,6 +78,11 @@ ROWS_SOURCE = "tc_rows.cu"
 PAIRS_SOURCE = "tc_pairs.cu"
 KERNELS = ("gather", "rows", "pairs")
 PAIRS_MAX_B = 96               # B fragment words per lane (NTL * C * k steps * 2)
+# Registers a lane needs, estimated as B words + rt * (4 accumulators per map tile + 12 for the tile's
+# positions and A fragments); nvcc -arch=sm_90 spilled at estimates of 234 (M 12, K 7, rt 8), 248 and 274
+# (TF32: M 64, K 3 and M 100, K 1), and not on the tuned entries (estimates up to 126) nor at 216 (FP16: M 64,
+# K 3; M 12, K 7, rt 8).
+PAIRS_MAX_REGS = 230
 ROWS_LAUNCH_CONFIGS: tuple[dict, ...] = (
     {"kernel": "rows", "nc": 1}, {"kernel": "rows", "nc": 2}, {"kernel": "rows", "nc": 4},
     {"kernel": "rows", "nc": 2, "nt": 256}, {"kernel": "rows", "nc": 2, "ib": 1},
@@ -227,6 +232,8 @@ class PairsGeometry(LayerShape):
     @property
     def b_registers(self): return self.ntl * self.C * self.ksteps * 2
     @property
+    def registers(self): return self.b_registers + self.rt * (4 * self.ntl + 12)
+    @property
     def pitch(self): return (max(2 * self.npr + 6, self.W) + 7) // 16 * 16 + 8
     @property
     def smem_bytes(self): return 4 * cc.cdiv(self.ib * self.C * self.H * self.pitch, 4) * 4
@@ -255,6 +262,9 @@ def plan_pairs(M: int, C: int, H: int, W: int, K: int, precision: str, config: O
     if geom.b_registers > PAIRS_MAX_B:
         raise ValueError(f"the pairs kernel holds B in registers: {geom.b_registers} words for {M} maps x {C} "
                          f"channels exceed {PAIRS_MAX_B}; use kernel='gather'")
+    if geom.registers > PAIRS_MAX_REGS:
+        raise ValueError(f"the pairs kernel would spill: about {geom.registers} registers a lane for {M} maps "
+                         f"and rt={geom.rt} (at most {PAIRS_MAX_REGS}); use a smaller rt or kernel='gather'")
     if geom.ib < 1 or geom.rt < 1 or geom.nt % 32 or not 32 <= geom.nt <= 1024:
         raise ValueError(f"bad launch parameters {cfg} (ib, rt >= 1, nt a multiple of 32)")
     if geom.smem_bytes > smem_optin:
@@ -304,7 +314,7 @@ def plan_rows(M: int, C: int, H: int, W: int, K: int, precision: str, config: Op
 def default_kernel(C: int, K: int, M: int = 0) -> str:
     """The kernel for a layer with no TUNED entry: pairs for one channel, K <= 7 and 6 to 24 maps (where it
     won, B still fitting in registers), rows for other one-channel layers up to K = 9, else gather."""
-    if C == 1 and K <= 7 and 6 <= M and cc.cdiv(M, 4) * K * 2 <= PAIRS_MAX_B:
+    if C == 1 and K <= 7 and 6 <= M <= 24:
         return "pairs"
     return "rows" if C == 1 and K <= 9 else "gather"
 
@@ -326,12 +336,12 @@ def kernel_specs(M: int, C: int, H: int, W: int, K: int, precision: str = "tf32"
                  **_) -> list[cc.KernelSpec]:
     if config is not None:
         return [plan_any(M, C, H, W, K, precision, config).spec()]
-    # what prepare() runs (the tuned or default kernel) and both kernels' defaults: every one must compile
+    # what prepare() runs (the tuned or default kernel) and every kernel's default: each must compile
     specs = [plan_any(M, C, H, W, K, precision, TUNED.get((M, C, H, W, K, precision))).spec()]
     for kind in KERNELS:
         try:
             spec = plan_any(M, C, H, W, K, precision, {"kernel": kind}).spec()
-        except ValueError:   # the rows kernel's K <= 9 and shared-memory limits
+        except ValueError:   # the rows and pairs kernels' K, register and shared-memory limits
             continue
         if spec not in specs:
             specs.append(spec)
@@ -388,19 +398,22 @@ def unavailable_reason() -> Optional[str]:
 
 
 class TcLayer:
-    """One layer's tensor-core kernel for one input size: the gather kernel (tc.cu) or the rows kernel
-    (tc_rows.cu); both take (y, x, packed weights, bias, B) and loop over images (rows: units of ib images)."""
+    """One layer's tensor-core kernel for one input size: the gather (tc.cu), rows (tc_rows.cu) or pairs
+    (tc_pairs.cu) kernel; each takes (y, x, weights, bias, B) and loops over images (rows and pairs: units of
+    ib images)."""
 
     def __init__(self, weight, bias, H: int, W: int, precision: str, config=None, kind: str = "gather"):
         M, C, K, _ = weight.shape
+        if kind not in KERNELS:
+            raise ValueError(f"kernel must be one of {KERNELS}, got {kind!r}")
         self.device = weight.device
         info = cc.device_info(self.device)
         if kind == "rows":
             self.geom = plan_rows(M, C, H, W, K, precision, config, info.smem_per_block_optin)
             self.packed, name, self.per_unit = pack_rows(weight, self.geom), "conv_tc_rows", self.geom.ib
-        elif kind == "pairs":   # the kernel builds its B fragments from the plain weights
-            self.geom = plan_pairs(M, C, H, W, K, precision, config, info.smem_per_block_optin)
-            self.packed, name, self.per_unit = weight.float().contiguous(), "conv_tc_pairs", self.geom.ib
+        elif kind == "pairs":   # the kernel builds its B fragments from the plain weights (a copy, as the
+            self.geom = plan_pairs(M, C, H, W, K, precision, config, info.smem_per_block_optin)   # others pack)
+            self.packed, name, self.per_unit = weight.float().contiguous().clone(), "conv_tc_pairs", self.geom.ib
         else:
             self.geom = plan(M, C, H, W, K, precision, config, info.smem_per_block_optin)
             self.packed, name, self.per_unit = pack_fragments(weight, self.geom), "conv_tc", 1
@@ -429,7 +442,7 @@ class TcLayer:
 
 
 def layer(weight, bias, H: int, W: int, precision: str, config=None):
-    """The tensor-core kernel for one input size: the rows or the gather kernel (config['kernel']); with no
+    """The tensor-core kernel for one input size: the gather, rows or pairs kernel (config['kernel']); with no
     config, the measured winner for this shape (TUNED) or the per-shape default."""
     M, C, K, _ = weight.shape
     if config is None:

@@ -4,9 +4,11 @@ The inner loop of the direct kernels (``conv_tile``), the fused activations, the
 output maps into register-sized passes, the wrapper chores (argument checks, out buffers, cutting a
 batch so that every offset fits in int32), and two tools:
 
-    python -m convforge.conv.triton_common bench [--batch 10000] [--layers fa17,sp18] [--sweep]
-        times every Triton kernel on every preset layer on a GPU, against the H200 roofline floor;
-    python -m convforge.conv.triton_common sass [--layers ...] [--gemm]
+    python -m convforge.conv.triton_common bench [--batch 10000] [--layers fa17,sp18] [--channels one|many]
+            [--sweep [direct|fused] [--configs "R,MAPS,WARPS[,BAKED];..."]]
+        times every Triton kernel on every preset layer on a GPU, against the H200 roofline floor (and the
+        tuning variants: the modules' SWEEP lists or the given tile configs);
+    python -m convforge.conv.triton_common sass [--layers ...] [--gemm] [--baked]
         compiles the same kernels for sm_90 on any machine (Triton ships ptxas) and reports registers,
         spills, shared memory and the FFMA share of the hot loop: the layout checks behind the design.
 

@@ -17,7 +17,7 @@
 // n = g is (map 4j + g / 2, shift g % 2); D columns 2t, 2t + 1 are map 4j + t at shifts 0, 1, i.e. the two
 // columns of one output pair, stored as one 8-byte store when WO is even.
 // Staging: cp.async copies of a unit's CF_IB images into shared rows of PITCH floats, padded with zeros (the
-// last pair of a row may read up to column 2 * NPR + 6, past W; its B taps are zero there, so the values
+// last pair of a row may read up to column 2 * NPR + 5, past W; its B taps are zero there, so the values
 // must be finite); TF32 inputs are rounded to nearest in place once (CF_TF32_ROUND), weights as each lane
 // builds its B fragments. Positions past the unit's end read position 0 and are not stored.
 // Finite inputs only, as in the rows kernel: a non-finite input spoils both columns of the pairs that read it.
@@ -53,7 +53,7 @@ constexpr int NPR = (WO + 1) / 2;                       // output pairs per row 
 constexpr int POS = HO * NPR;                           // pairs per image
 constexpr int NTL = (M + 3) / 4;                        // 8-column B tiles: 4 maps x 2 shifts each
 constexpr int KS = CF_PREC ? (K + 1) / 2 : K;           // k steps per channel
-constexpr int NEED = 2 * NPR + 6;                       // staged columns read: last pair's start + 7
+constexpr int NEED = 2 * NPR + 6;                       // staged columns read: 0 .. last pair's start + 7
 // 8-byte loads at row * PITCH + 2 (j + t): PITCH % 16 == 8 keeps two rows of one half warp apart
 constexpr int PITCH = ((NEED > W ? NEED : W) + 7) / 16 * 16 + 8;
 constexpr int IMG_S = C * H * PITCH;                    // staged floats per image
