@@ -402,22 +402,20 @@ class TcLayer:
     (tc_pairs.cu) kernel; each takes (y, x, weights, bias, B) and loops over images (rows and pairs: units of
     ib images)."""
 
-    def __init__(self, weight, bias, H: int, W: int, precision: str, config=None, kind: str = "gather"):
+    def __init__(self, weight, bias, H: int, W: int, precision: str, config: dict):
+        """``config``: the launch config with its "kernel" key (``layer`` fills in the default)."""
         M, C, K, _ = weight.shape
-        if kind not in KERNELS:
-            raise ValueError(f"kernel must be one of {KERNELS}, got {kind!r}")
         self.device = weight.device
         info = cc.device_info(self.device)
+        self.geom = plan_any(M, C, H, W, K, precision, config, info.smem_per_block_optin)
+        self.kind = kind = config["kernel"]
         if kind == "rows":
-            self.geom = plan_rows(M, C, H, W, K, precision, config, info.smem_per_block_optin)
             self.packed, name, self.per_unit = pack_rows(weight, self.geom), "conv_tc_rows", self.geom.ib
         elif kind == "pairs":   # the kernel builds its B fragments from the plain weights (a copy, as the
-            self.geom = plan_pairs(M, C, H, W, K, precision, config, info.smem_per_block_optin)   # others pack)
-            self.packed, name, self.per_unit = weight.float().contiguous().clone(), "conv_tc_pairs", self.geom.ib
+            self.packed = weight.float().contiguous().clone()   # others pack theirs)
+            name, self.per_unit = "conv_tc_pairs", self.geom.ib
         else:
-            self.geom = plan(M, C, H, W, K, precision, config, info.smem_per_block_optin)
             self.packed, name, self.per_unit = pack_fragments(weight, self.geom), "conv_tc", 1
-        self.kind = kind
         # the widest output store: 16 bytes (rows' staged epilogue, rows of 4k floats), 8 (rows and pairs
         # kernels on even rows), else 4
         self.store_alignment = (16 if kind == "rows" and self.geom.epi and self.geom.wo % 4 == 0 else
@@ -448,8 +446,7 @@ def layer(weight, bias, H: int, W: int, precision: str, config=None):
     if config is None:
         config = TUNED.get((M, C, H, W, K, precision))
     kind = (config or {}).get("kernel") or default_kernel(C, K, M)
-    rest = {k: v for k, v in (config or {}).items() if k != "kernel"} or None
-    return TcLayer(weight, bias, H, W, precision, rest, kind=kind)
+    return TcLayer(weight, bias, H, W, precision, {**(config or {}), "kernel": kind})
 
 
 def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, precision: str = "tf32", config=None,

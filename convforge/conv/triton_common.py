@@ -179,15 +179,24 @@ class TileConfig:
                 + (" baked" if self.baked else ""))
 
 
-BAKE_MAX_TAPS = 64   # C*K*K up to which weights are baked: the one-channel layers, whose taps are unrolled
+UNROLL_MAX_TAPS = 64   # C*K*K up to which the channel loop is unrolled too: the one-channel layers
+
+
+def unroll_channels(channels: int, kernel: int) -> bool:
+    """Unroll the channel loop too when that keeps the code small (at most 64 taps: the C = 1 layers)."""
+    return channels * kernel * kernel <= UNROLL_MAX_TAPS
 
 
 def can_bake(channels: int, kernel: int) -> bool:
-    """Weights can be compile-time constants only where every tap index is, i.e. with the channel loop
-    unrolled. Up to BAKE_MAX_TAPS taps it is unrolled anyway. Baking sp18 L2 (150 taps) was tried: 0.970 ms
-    against 0.890 with loaded weights, and minutes to compile (benchmarks/h200-2026-11-21-session7/
-    triton_sweep_baked5.txt)."""
-    return channels * kernel * kernel <= BAKE_MAX_TAPS
+    """Weights can be compile-time constants only where every tap index is: where the channel loop is
+    unrolled. Unrolling sp18 L2 (150 taps) to bake it was tried: 0.970 ms against 0.890 with loaded weights,
+    and minutes to compile (benchmarks/h200-2026-11-21-session7/triton_sweep_baked5.txt)."""
+    return unroll_channels(channels, kernel)
+
+
+def bakes(cfg: "TileConfig", channels: int, kernel: int) -> bool:
+    """Whether a kernel with this config and layer shape takes its weights baked in."""
+    return cfg.baked and can_bake(channels, kernel)
 
 
 def bake_weights(packed: torch.Tensor) -> tuple:
@@ -434,7 +443,7 @@ def _sass(args) -> int:
     from dataclasses import replace
 
     def weights_for(s, cfg):   # random weights to bake (a baked kernel is compiled per weight set)
-        if not (cfg.baked and can_bake(s.C, s.K)):
+        if not bakes(cfg, s.C, s.K):
             return ()
         plan = plan_maps(s.M, cfg.positions_per_thread, cfg.max_per_pass)
         g = torch.Generator().manual_seed(0)

@@ -57,13 +57,11 @@ TUNED_BAKED = {(12, 1, 5): Config(8, 12, 4, True), (50, 1, 5): Config(2, 32, 4, 
 
 
 def choose_config(maps: int, channels: int, kernel: int) -> Config:
-    """Per layer shape: baked weights where they can be (``common.can_bake``), else a heuristic (from the
-    SASS: FFMA share of the tap loop, registers, no spills); ``python -m convforge.conv.triton_common bench
-    --sweep`` times the alternatives on a GPU."""
+    """Per layer shape: baked weights where they can be (``common.can_bake``, the one-channel layers), else
+    DEFAULT (from the SASS: FFMA share of the tap loop, registers, no spills); ``python -m
+    convforge.conv.triton_common bench --sweep`` times the alternatives on a GPU."""
     if common.can_bake(channels, kernel):
         return TUNED_BAKED.get((maps, channels, kernel), Config(4, 24, 4, True))
-    if maps <= 8 and unroll_channels(channels, kernel):
-        return Config(8, 24, 4)   # few maps: 8 positions per lane share each weight load (74 -> 79 % FFMA)
     return DEFAULT
 
 
@@ -135,18 +133,13 @@ def unavailable_reason() -> Optional[str]:
     return common.unavailable_reason()
 
 
-def unroll_channels(channels: int, kernel: int) -> bool:
-    """Unroll the channel loop too when that keeps the code small (at most 64 taps: the C = 1 layers)."""
-    return channels * kernel * kernel <= 64
-
-
 def kernel_constants(maps: int, channels: int, kernel: int, height: int, width: int, has_bias: bool,
                      cfg: Config, weights: tuple = ()) -> dict:
     """Every compile-time argument of _direct_kernel (and num_warps / num_stages) for one layer shape;
     ``weights``: the baked weights (``common.bake_weights``) when ``cfg.baked``."""
     plan = common.plan_maps(maps, cfg.positions_per_thread, cfg.max_per_pass)
-    baked = cfg.baked and common.can_bake(channels, kernel)
-    unroll = unroll_channels(channels, kernel)
+    baked = common.bakes(cfg, channels, kernel)
+    unroll = common.unroll_channels(channels, kernel)
     # num_stages=1: the channel loop's loads hit L1; software pipelining would stage them through
     # shared memory for nothing (seen in the SASS).
     return dict(C=channels, H=height, W=width, K=kernel, M=maps, **plan.constants(),
@@ -163,7 +156,7 @@ def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, config: O
     plan = common.plan_maps(maps, cfg.positions_per_thread, cfg.max_per_pass)
     packed = common.pack_weights(weight, plan.width)
     packed_bias = common.pack_bias(bias, plan.width, weight)
-    baked = common.bake_weights(packed) if cfg.baked and common.can_bake(channels, kernel) else ()
+    baked = common.bake_weights(packed) if common.bakes(cfg, channels, kernel) else ()
     launches: dict = {}   # input (H, W) -> constants: one dict lookup per call
 
     def run(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:

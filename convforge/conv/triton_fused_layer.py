@@ -47,13 +47,11 @@ SWEEP = (Config(4, 16, 4), Config(8, 8, 4), Config(4, 24, 4), Config(8, 12, 4), 
 def choose_config(maps: int, channels: int, kernel: int, pool: int) -> Config:
     """Per layer shape: baked weights where they can be (``common.can_bake``; measured on an H200,
     benchmarks/h200-2026-11-21-session7/triton_sweep_baked*.txt: 8 positions per lane for few maps, sp18 L1
-    0.236 ms; else 4 positions and passes of up to 12 maps, fa17 0.348 against 0.371 with 16), else a
-    heuristic (from the SASS: FFMA share, registers, no spills); ``python -m convforge.conv.triton_common
-    bench --sweep`` times the alternatives on a GPU."""
+    0.236 ms; else 4 positions and passes of up to 12 maps, fa17 0.348 against 0.371 with 16), else DEFAULT
+    (from the SASS: FFMA share, registers, no spills); ``python -m convforge.conv.triton_common bench
+    --sweep`` times the alternatives on a GPU."""
     if common.can_bake(channels, kernel):
         return Config(8, 8, 4, True) if maps <= 8 and pool <= 2 else Config(4, 12, 4, True)
-    if maps <= 8 and channels * kernel * kernel <= 64 and pool <= 2:
-        return Config(8, 8, 4)    # few maps: two pooled outputs per lane share each weight load
     return DEFAULT
 
 
@@ -181,11 +179,11 @@ def kernel_constants(maps: int, channels: int, kernel: int, height: int, width: 
     """Every compile-time argument of _fused_kernel (and num_warps / num_stages) for one layer shape;
     ``weights``: the baked weights (``common.bake_weights``) when ``cfg.baked``."""
     plan = common.plan_maps(maps, cfg.positions_per_thread, cfg.max_per_pass)
-    baked = cfg.baked and common.can_bake(channels, kernel)
+    baked = common.bakes(cfg, channels, kernel)
     rows, cols, cols_in_lanes = window_split(pool, cfg.positions_per_thread)
     return dict(C=channels, H=height, W=width, K=kernel, M=maps, P=pool, PI=rows, PJ=cols, JL=cols_in_lanes,
                 ACT=common.ACTIVATION_CODES[activation], **plan.constants(), BP=cfg.block, HAS_BIAS=has_bias,
-                UNROLL_C=channels * kernel * kernel <= 64, BAKED=baked, WTS=weights if baked else 0,
+                UNROLL_C=common.unroll_channels(channels, kernel), BAKED=baked, WTS=weights if baked else 0,
                 num_warps=cfg.num_warps, num_stages=1)
 
 
@@ -202,7 +200,7 @@ def _prepare(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Opt
     plan = common.plan_maps(maps, cfg.positions_per_thread, cfg.max_per_pass)
     packed = common.pack_weights(weight, plan.width)
     packed_bias = common.pack_bias(bias, plan.width, weight)
-    baked = common.bake_weights(packed) if cfg.baked and common.can_bake(channels, kernel) else ()
+    baked = common.bake_weights(packed) if common.bakes(cfg, channels, kernel) else ()
     rows, cols, _ = window_split(pool, cfg.positions_per_thread)
     block_out = cfg.block // (rows * cols)
     launches: dict = {}   # input (H, W) -> constants: one dict lookup per call

@@ -1,5 +1,5 @@
-// Asynchronous 4-byte global -> shared copies (cp.async, sm_80+), shared by the kernels that stage their
-// input: a staging loop issues every copy of a tile without waiting on any (a plain load + store
+// Shared-memory staging helpers: asynchronous 4-byte global -> shared copies (cp.async, sm_80+), row
+// staging, and the dynamic shared-memory size check. Used by the kernels that stage their input: a staging loop issues every copy of a tile without waiting on any (a plain load + store
 // serialises one device-memory latency per element or row); out-of-range elements are zero-filled
 // (src-size 0). The host emulation copies synchronously. Included textually by cuda_common.load_source
 // (so NVRTC needs no include path and its cache key covers this file); nvcc finds it beside the kernel.
@@ -29,6 +29,20 @@ __device__ __forceinline__ void copy_wait()
 {
 #if defined(__CUDA_ARCH__)
     asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
+#endif
+}
+
+// The kernels that stage into dynamic shared memory compute its size from their -D constants, and the host
+// from the same constants in Python: thread 0 of each block traps if the launch gave less than `bytes`
+// (a mismatch would otherwise read and write past the allocation).
+__device__ __forceinline__ void require_dynamic_smem(unsigned bytes)
+{
+#if defined(__CUDA_ARCH__)
+    if (threadIdx.x == 0) {
+        unsigned dyn;
+        asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+        if (dyn < bytes) __trap();
+    }
 #endif
 }
 

@@ -155,13 +155,7 @@ conv_regtile(float* __restrict__ y, const float* __restrict__ x, const float* __
     const int tid = threadIdx.x;
     const int lane = tid & 31, warp = tid >> 5;
 
-#if defined(__CUDA_ARCH__)
-    if (tid == 0) {  // the host computes the same sizes; a mismatch would read past shared memory
-        unsigned dyn;
-        asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
-        if (dyn < 4u * (XS_FLOATS + WS_FLOATS)) __trap();
-    }
-#endif
+    require_dynamic_smem(4u * (XS_FLOATS + WS_FLOATS));
     if constexpr (CF_WSMEM) {
         for (int i = tid; i < WS_FLOATS; i += NT) ws[i] = __ldg(wt + i);
         __syncthreads();

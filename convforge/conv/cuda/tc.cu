@@ -20,6 +20,7 @@
 // Constants: CF_M CF_C CF_H CF_W CF_K, CF_PREC (0 tf32, 1 fp16), CF_RM, CF_NT, CF_XSMEM, CF_BSMEM,
 // CF_TF32_ROUND, CF_STREAM_STORES (evict-first output stores).
 
+#include "async_copy.cuh"
 #include "mma.cuh"
 #include "stores.cuh"
 
@@ -77,13 +78,7 @@ conv_tc(float* __restrict__ y, const float* __restrict__ x, const unsigned* __re
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int gid = lane >> 2, tig = lane & 3;
 
-#if defined(__CUDA_ARCH__)
-    if (tid == 0) {  // the host computes the same size; a mismatch would read past shared memory
-        unsigned dyn;
-        asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
-        if (dyn < 4u * (XS_FLOATS + BS_WORDS + KP)) __trap();
-    }
-#endif
+    require_dynamic_smem(4u * (XS_FLOATS + BS_WORDS + KP));
     // per block, once: the k -> input byte offset table (padded k points at element 0; its weight is zero)
     for (int k = tid; k < KP; k += NT) {
         const int c = k / (K * K), r = k - c * (K * K), p = r / K, q = r - p * K;

@@ -79,13 +79,7 @@ conv_tc_pairs(float* __restrict__ y, const float* __restrict__ x, const float* _
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
 
-#if defined(__CUDA_ARCH__)
-    if (tid == 0) {  // the host computes the same size; a mismatch would read past shared memory
-        unsigned dyn;
-        asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
-        if (dyn < 4u * XS_FLOATS) __trap();
-    }
-#endif
+    require_dynamic_smem(4u * XS_FLOATS);
     // this lane's B fragments for every (tile, channel, k step): column n = g is map 4j + g/2, shift g%2
     unsigned bw[NTL][C][KS][2];
     {

@@ -124,13 +124,7 @@ conv_tc_rows(float* __restrict__ y, const float* __restrict__ x, const unsigned*
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
 
-#if defined(__CUDA_ARCH__)
-    if (tid == 0) {  // the host computes the same size; a mismatch would read past shared memory
-        unsigned dyn;
-        asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
-        if (dyn < 4u * (XS_FLOATS + WS_WORDS + EPI_FLOATS)) __trap();
-    }
-#endif
+    require_dynamic_smem(4u * (XS_FLOATS + WS_WORDS + EPI_FLOATS));
     // once per block: the filter rows, and zeros in the staging buffers' padding (columns W .. PITCH-1 are
     // read by the last column tile; they must hold finite values because the zero taps of B multiply them;
     // tile rows past a unit's last output row read image 0, row 0, and are not stored)
