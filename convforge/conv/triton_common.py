@@ -5,7 +5,7 @@ output maps into register-sized passes, the wrapper chores (argument checks, out
 batch so that every offset fits in int32), and two tools:
 
     python -m convforge.conv.triton_common bench [--batch 10000] [--layers fa17,sp18] [--channels one|many]
-            [--sweep [direct|fused] [--configs "R,MAPS,WARPS[,BAKED];..."]]
+            [--sweep [direct|fused] [--configs "R,MAPS,WARPS[,BAKED[,BLOCK_ROWS[,MAXNREG]]];..."]]
         times every Triton kernel on every preset layer on a GPU, against the H200 roofline floor (and the
         tuning variants: the modules' SWEEP lists or the given tile configs);
     python -m convforge.conv.triton_common sass [--layers ...] [--gemm] [--baked]
@@ -169,14 +169,27 @@ class TileConfig:
     max_per_pass: int
     num_warps: int = 4
     baked: bool = False   # weights compiled into the kernel as FMA immediates (see ``bake_weights``)
+    # > 0: a lane's R positions are a block of block_rows x (R / block_rows) neighbouring outputs, so
+    # neighbouring taps share input loads (triton-direct on the layers whose channel loop is not unrolled).
+    block_rows: int = 0
+    maxnreg: int = 0      # > 0: ptxas register cap (more resident warps, less load hoisting)
 
     @property
     def block(self) -> int:
         return 32 * self.num_warps * self.positions_per_thread
 
+    @property
+    def block_cols(self) -> int:
+        return self.positions_per_thread // self.block_rows if self.block_rows else 0
+
+    def launch_options(self) -> dict:
+        return dict(num_warps=self.num_warps, num_stages=1, **({"maxnreg": self.maxnreg} if self.maxnreg else {}))
+
     def __str__(self) -> str:
         return (f"R={self.positions_per_thread} maps<={self.max_per_pass} w={self.num_warps}"
-                + (" baked" if self.baked else ""))
+                + (" baked" if self.baked else "")
+                + (f" block={self.block_rows}x{self.block_cols}" if self.block_rows else "")
+                + (f" maxnreg={self.maxnreg}" if self.maxnreg else ""))
 
 
 UNROLL_MAX_TAPS = 64   # C*K*K up to which the channel loop is unrolled too: the one-channel layers
@@ -264,8 +277,8 @@ if triton is not None:
         """sum over c, p, q of x[x_off + c*H*W + p*W + q] * w[(c,p,q), m], for the maps m0 .. m0+GA-1
         (first tile, (GA, BP)) and m0+GA .. m0+GA+GB-1 (second tile, (max(GB, 1), BP); unused if GB = 0).
 
-        ``x_off`` (BP,) holds each output position's top-left input offset. The tiles are laid out maps
-        x positions, so every map of a lane's positions is in that lane's registers: per tap a lane
+        ``x_off`` (BP,) holds each output position's top-left input offset from ``x_ptr`` (a pointer, or
+        per-lane pointers for blocks). The tiles are laid out maps x positions, so every map of a lane's positions is in that lane's registers: per tap a lane
         loads its inputs once (one per position; a V-wide hinted x_off turns them into vector loads
         shared across taps), one uniform 16-byte weight load per 4 maps, and GA + GB FMAs per position.
         The K x K taps are unrolled (immediate offsets); the channels too when UNROLL_C. With BAKED (needs
@@ -286,9 +299,11 @@ if triton is not None:
                                             GA, GB, BAKED, WTS)
         else:
             for c in range(C):
+                # The run-time channel offset goes on the pointer first, so each tap adds a constant.
+                x_c = x_ptr + c * H * W
                 for p in tl.static_range(K):
                     for q in tl.static_range(K):
-                        acc_a, acc_b = _tap(x_ptr, w_ptr, x_off, c * H * W + p * W + q,
+                        acc_a, acc_b = _tap(x_c, w_ptr, x_off, p * W + q,
                                             ((c * K + p) * K + q) * WPITCH, m0, maps_a, maps_b, acc_a, acc_b,
                                             GA, GB, False, 0)
         return acc_a, acc_b
@@ -427,7 +442,7 @@ def _sass(args) -> int:
     from convforge.conv import triton_direct, triton_fused_layer, triton_gemm
 
     def build(fn, pointers, constants, scalars=("B",)):
-        options = {k: constants.pop(k) for k in ("num_warps", "num_stages") if k in constants}
+        options = {k: constants.pop(k) for k in ("num_warps", "num_stages", "maxnreg") if k in constants}
         signature = {**{name: ("*i32" if name == "koff_ptr" else "*fp32") for name in pointers},
                      **{name: "i32" for name in scalars}, **{k: "constexpr" for k in constants}}
         attrs = {(i,): [["tt.divisibility", 16]] for i in range(len(pointers) + 1)}   # B = 10000
@@ -437,7 +452,7 @@ def _sass(args) -> int:
     def show(label, what, stats):
         where = "loop" if stats["loop"] else "kernel"
         extra = f" mma={stats['mma']}" if stats["mma"] else f" FFMA {100 * stats['ffma']:3.0f}% of the {where}"
-        flags = ("  SPILLS" if stats["spill"] else "") + ("  smem" if stats["smem"] else "")
+        flags = (f"  SPILLS {stats['spill']} B" if stats["spill"] else "") + ("  smem" if stats["smem"] else "")
         print(f"{label:8s} {what:44s} regs {stats['regs']:3d}{extra}{flags}", flush=True)
 
     from dataclasses import replace
@@ -489,7 +504,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--check-batch", type=int, default=4, help="images checked against float64 per kernel")
     p.add_argument("--channels", choices=("all", "one", "many"), default="all",
                    help="only the one-channel (first) layers, or only the others")
-    p.add_argument("--configs", default="", metavar="R,MAPS,WARPS[,BAKED];...",
+    p.add_argument("--configs", default="", metavar="R,MAPS,WARPS[,BAKED[,BLOCK_ROWS[,MAXNREG]]];...",
                    help="with --sweep: time these tile configs instead of the modules' SWEEP lists")
     p = sub.add_parser("sass", help="compile for sm_90 here (no GPU) and report registers, spills, FFMA share")
     p.add_argument("--layers", default="")

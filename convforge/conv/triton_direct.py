@@ -17,14 +17,25 @@ multiply-add takes its weight as an fp32 immediate and no weight is loaded (the 
 cuda-direct's constant-bank operands; the passes over the maps become static so each weight index is a
 constant). It took fa18 L1 from 1.404 to 0.967 ms and fa20 L1 from 0.738 to 0.577 (H200, B = 10000). Each
 prepared layer compiles once, on its first call (a few seconds); the engine's warm-up pass absorbs that.
+Blocks (``TileConfig(block_rows=...)``, the default on the many-channel layers, whose channel loop runs at
+run time): a lane's R positions are an RB x CB block of neighbouring outputs (4x2 on sp18, sp19, fa18 and
+fa20 L2, 8x1 on fa19 L2), the lanes of a program neighbouring blocks. The block's first input goes into the
+pointer and each register's offset is a constant, so LLVM sees that tap (p, q) of one position reads what
+tap (p - 1, q) of the position below reads and merges the loads: (RB + K - 1) x (CB + K - 1) input loads per
+channel instead of RB x CB x K x K (48 instead of 200 on fa19 L2). With fewer loads per FMA the L1 stops being
+the limit (ncu on fa19 L2 before: L1 69 % busy, issue slots 57 %, two warps per scheduler at 255
+registers). A map's last block row (column) moves back inside the map and its overlap is stored once.
+fa18 L2 went from 8.9 to 5.54 ms, fa19 L2 3.64 to 3.31, sp18 L2 0.89 to 0.80, sp19 L2 0.45 to 0.42, fa20 L2
+2.07 to 2.01 (run 13; sp18 and sp19 L2 under a 128-register cap, ``TileConfig(maxnreg=128)``).
 Course step: milestone 3's direct kernel with milestone 4's optimisations: compile-time K and C (the
 constant-memory / template tricks), register tiling over output maps (input reuse), thread coarsening
 over positions, fused bias, coalesced and vectorised stores; with baked weights, the
-course's "weights in constant memory" taken to compile-time constants on the first layers.
+course's "weights in constant memory" taken to compile-time constants on the first layers; the blocks are
+the register tiling of the input (each loaded value feeds up to K x K x maps FMAs of its neighbours).
 Bottleneck: the C = 1 layers sit at the H200's ridge (each output float costs 2*K*K FLOPs and 4 bytes
 of writes): FP32 FMA issue and the DRAM write stream both run near their limits. The C = 4..12 layers
-are FMA-bound. In the sm_90 SASS 77-89 % of the issued instructions are FFMA (83-89 % for M >= 12;
-``python -m convforge.conv.triton_common sass``).
+are FMA-bound: in the sm_90 SASS 84-93 % of their tap loop is FFMA with blocks (``python -m
+convforge.conv.triton_common sass``); what is left is latency with 2-4 resident warps per scheduler.
 """
 
 
@@ -41,12 +52,12 @@ triton, tl = common.triton, common.tl
 
 # R positions per lane, up to max_per_pass maps per pass: R x that many accumulators per lane.
 Config = common.TileConfig
-DEFAULT = Config(4, 24, 4)
-# Variants that ``python -m convforge.conv.triton_common bench --sweep`` times on a GPU.
-SWEEP = (Config(4, 24, 4), Config(8, 24, 4), Config(4, 16, 4), Config(8, 12, 4), Config(8, 8, 4),
-         Config(2, 32, 8), Config(4, 24, 8), Config(4, 32, 4),
+# Variants that ``python -m convforge.conv.triton_common bench --sweep`` times on a GPU (flat, baked, blocks).
+SWEEP = (Config(4, 24, 4), Config(8, 12, 4),
          Config(4, 24, 4, True), Config(8, 24, 4, True), Config(4, 16, 4, True), Config(8, 12, 4, True),
-         Config(8, 8, 4, True), Config(16, 8, 4, True), Config(4, 32, 4, True))
+         Config(8, 8, 4, True), Config(16, 8, 4, True), Config(2, 32, 4, True),
+         Config(8, 8, 4, block_rows=4), Config(8, 8, 4, block_rows=4, maxnreg=128), Config(8, 12, 4, block_rows=4),
+         Config(8, 16, 4, block_rows=4), Config(8, 8, 2, block_rows=8), Config(4, 16, 4, block_rows=2))
 
 
 # Measured (B = 10000, H200, benchmarks/h200-2026-11-21-session7/triton_sweep_baked*.txt): baked weights on
@@ -56,13 +67,24 @@ SWEEP = (Config(4, 24, 4), Config(8, 24, 4), Config(4, 16, 4), Config(8, 12, 4),
 TUNED_BAKED = {(12, 1, 5): Config(8, 12, 4, True), (50, 1, 5): Config(2, 32, 4, True)}
 
 
+# Measured (B = 10000, H200, benchmarks/h200-2026-11-21-session8/sweep*.txt): the many-channel layers in
+# blocks of neighbouring outputs per lane. sp18/sp19 L2 4x2 blocks of 8 maps with 128 registers (0.808 and
+# 0.418 ms against 0.892 and 0.449 flat), fa18 L2 4x2 of 12 maps (5.538 against 8.908), fa19 L2 8x1 of 8
+# maps on 2 warps (3.327 against 3.637), fa20 L2 4x2 of 16 maps (2.012 against 2.074).
+TUNED_BLOCKS = {(16, 6, 5): Config(8, 8, 4, block_rows=4, maxnreg=128),
+                (24, 12, 7): Config(8, 12, 4, block_rows=4),
+                (24, 12, 5): Config(8, 8, 2, block_rows=8),
+                (16, 4, 7): Config(8, 16, 4, block_rows=4)}
+DEFAULT_BLOCKS = Config(8, 8, 4, block_rows=4)
+
+
 def choose_config(maps: int, channels: int, kernel: int) -> Config:
     """Per layer shape: baked weights where they can be (``common.can_bake``, the one-channel layers), else
-    DEFAULT (from the SASS: FFMA share of the tap loop, registers, no spills); ``python -m
+    blocks of outputs per lane (TUNED_BLOCKS, or DEFAULT_BLOCKS for other shapes); ``python -m
     convforge.conv.triton_common bench --sweep`` times the alternatives on a GPU."""
     if common.can_bake(channels, kernel):
         return TUNED_BAKED.get((maps, channels, kernel), Config(4, 24, 4, True))
-    return DEFAULT
+    return TUNED_BLOCKS.get((maps, channels, kernel), DEFAULT_BLOCKS)
 
 
 if triton is not None:
@@ -91,18 +113,47 @@ if triton is not None:
                        C: tl.constexpr, H: tl.constexpr, W: tl.constexpr, K: tl.constexpr, M: tl.constexpr,
                        GA: tl.constexpr, GB: tl.constexpr, N: tl.constexpr, TA: tl.constexpr, TB: tl.constexpr,
                        V: tl.constexpr, BP: tl.constexpr, HAS_BIAS: tl.constexpr, UNROLL_C: tl.constexpr,
-                       BAKED: tl.constexpr, WTS: tl.constexpr):
+                       BAKED: tl.constexpr, WTS: tl.constexpr, RB: tl.constexpr, CB: tl.constexpr):
         HO: tl.constexpr = H - K + 1
         WO: tl.constexpr = W - K + 1
         HOWO: tl.constexpr = HO * WO
         WPITCH: tl.constexpr = (GA + GB) * N + TA + TB
-        pos = tl.program_id(0) * BP + tl.arange(0, BP)
-        valid = pos < B * HOWO
-        b = tl.minimum(pos // HOWO, B - 1)      # past the end: re-read the last image, store nothing
-        r = pos % HOWO
-        h = r // WO
-        x_off = b * (C * H * W) + h * W + (r - h * WO)
-        y_off = b * (M * HOWO) + r
+        if RB > 0:
+            # Each lane computes an RB x CB block of outputs; the program's NC lanes take NC neighbouring
+            # blocks, flattened over images, block rows and block columns. Triton's default layout gives
+            # lane t the elements t + NC * e, so e (the position inside the block) is a constant per
+            # register: the taps' input addresses differ by constants and LLVM merges the loads that
+            # neighbouring taps share ((RB + K - 1) x (CB + K - 1) per channel instead of RB x CB x K x K).
+            NC: tl.constexpr = BP // (RB * CB)
+            HG: tl.constexpr = (HO + RB - 1) // RB
+            WG: tl.constexpr = (WO + CB - 1) // CB
+            idx = tl.arange(0, BP)
+            e = idx // NC
+            blk = tl.program_id(0) * NC + idx % NC
+            b = tl.minimum(blk // (HG * WG), B - 1)   # past the end: re-read the last image, store nothing
+            rg = (blk % (HG * WG)) // WG
+            cg = blk % WG
+            # A map's last block row (column) moves back inside the map, so no read passes the image; the
+            # outputs it shares with its neighbour are computed twice and stored once.
+            h0 = tl.minimum(rg * RB, HO - RB)
+            w0 = tl.minimum(cg * CB, WO - CB)
+            er = e // CB
+            ec = e % CB
+            valid = (blk < B * (HG * WG)) & (h0 + er >= rg * RB) & (w0 + ec >= cg * CB)
+            # The block's first input goes into the pointer and x_off keeps only the constant part, so
+            # every tap's address is that pointer plus a constant and equal addresses look equal to LLVM.
+            x_base = x_ptr + (b * (C * H * W) + h0 * W + w0)
+            x_off = er * W + ec
+            y_off = (b * (M * HOWO) + h0 * WO + w0) + (er * WO + ec)
+        else:
+            pos = tl.program_id(0) * BP + tl.arange(0, BP)
+            valid = pos < B * HOWO
+            b = tl.minimum(pos // HOWO, B - 1)      # past the end: re-read the last image, store nothing
+            r = pos % HOWO
+            h = r // WO
+            x_base = x_ptr
+            x_off = b * (C * H * W) + h * W + (r - h * WO)
+            y_off = b * (M * HOWO) + r
         if V > 1:
             # V divides W and WO, so each run of V positions lies in one row and starts at a multiple of
             # V in x and in y: true hints that let every lane own V neighbouring positions, store them as
@@ -118,14 +169,14 @@ if triton is not None:
             y_off = tl.max_contiguous(tl.multiple_of(y_off, 1), 2)
         if BAKED:   # static passes: each pass's first map is a constant, so are its weights' indices
             for g in tl.static_range(N):
-                _pass(x_ptr, w_ptr, b_ptr, y_ptr, x_off, y_off, valid, g * (GA + GB), GA, GB, WPITCH, BP, C, H, W,
+                _pass(x_base, w_ptr, b_ptr, y_ptr, x_off, y_off, valid, g * (GA + GB), GA, GB, WPITCH, BP, C, H, W,
                       K, M, HOWO, HAS_BIAS, UNROLL_C, BAKED, WTS)
         else:
             for g in range(N):
-                _pass(x_ptr, w_ptr, b_ptr, y_ptr, x_off, y_off, valid, g * (GA + GB), GA, GB, WPITCH, BP, C, H, W,
+                _pass(x_base, w_ptr, b_ptr, y_ptr, x_off, y_off, valid, g * (GA + GB), GA, GB, WPITCH, BP, C, H, W,
                       K, M, HOWO, HAS_BIAS, UNROLL_C, BAKED, WTS)
         if TA > 0:
-            _pass(x_ptr, w_ptr, b_ptr, y_ptr, x_off, y_off, valid, N * (GA + GB), TA, TB, WPITCH, BP, C, H, W, K,
+            _pass(x_base, w_ptr, b_ptr, y_ptr, x_off, y_off, valid, N * (GA + GB), TA, TB, WPITCH, BP, C, H, W, K,
                   M, HOWO, HAS_BIAS, UNROLL_C, BAKED, WTS)
 
 
@@ -140,12 +191,33 @@ def kernel_constants(maps: int, channels: int, kernel: int, height: int, width: 
     plan = common.plan_maps(maps, cfg.positions_per_thread, cfg.max_per_pass)
     baked = common.bakes(cfg, channels, kernel)
     unroll = common.unroll_channels(channels, kernel)
-    # num_stages=1: the channel loop's loads hit L1; software pipelining would stage them through
-    # shared memory for nothing (seen in the SASS).
+    rows, cols = block_shape(cfg, channels, kernel, height, width)
+    # num_stages=1 (launch_options): the channel loop's loads hit L1; software pipelining would stage
+    # them through shared memory for nothing (seen in the SASS).
     return dict(C=channels, H=height, W=width, K=kernel, M=maps, **plan.constants(),
-                V=common.vector_width(width, kernel, cfg.positions_per_thread, unroll), BP=cfg.block,
-                HAS_BIAS=has_bias, UNROLL_C=unroll, BAKED=baked, WTS=weights if baked else 0,
-                num_warps=cfg.num_warps, num_stages=1)
+                V=1 if rows else common.vector_width(width, kernel, cfg.positions_per_thread, unroll),
+                BP=cfg.block, HAS_BIAS=has_bias, UNROLL_C=unroll, BAKED=baked, WTS=weights if baked else 0,
+                RB=rows, CB=cols, **cfg.launch_options())
+
+
+def block_shape(cfg: Config, channels: int, kernel: int, height: int, width: int) -> tuple[int, int]:
+    """(rows, cols) of the output block each lane computes, (0, 0) for the flat layout.
+
+    Blocks serve the layers whose channel loop runs at run time (the unrolled one-channel layers use
+    vector loads instead). A block larger than the output map uses the flat layout too."""
+    rows, cols = cfg.block_rows, cfg.block_cols
+    if (not rows or common.unroll_channels(channels, kernel) or rows > height - kernel + 1
+            or cols > width - kernel + 1):
+        return 0, 0
+    return rows, cols
+
+
+def grid_size(constants: dict, batch: int, out_h: int, out_w: int) -> int:
+    """Programs for one launch: BP positions each, or BP / (RB x CB) blocks."""
+    rows, cols = constants["RB"], constants["CB"]
+    if rows:
+        return triton.cdiv(batch * -(-out_h // rows) * -(-out_w // cols), constants["BP"] // (rows * cols))
+    return triton.cdiv(batch * out_h * out_w, constants["BP"])
 
 
 def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, config: Optional[Config] = None):
@@ -170,7 +242,7 @@ def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, config: O
                                                                      bias is not None, cfg, baked)
         x = common.contiguous_input(x)
         for xs, ys, n in common.batch_views(x, buffer, max(channels * height * width, maps * ho * wo)):
-            _direct_kernel[(triton.cdiv(n * ho * wo, cfg.block),)](xs, packed, packed_bias, ys, n, **constants)
+            _direct_kernel[(grid_size(constants, n, ho, wo),)](xs, packed, packed_bias, ys, n, **constants)
         return common.finish(buffer, result)
 
     return run

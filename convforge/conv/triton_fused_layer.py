@@ -15,6 +15,9 @@ computed. A pool that is not a power of two loops over the window with a running
 (pool 1, no activation) is the plain convolution with the bias fused. On the one-channel layers the
 weights are baked into the kernel as FMA immediates, as in triton-direct (``TileConfig(baked=True)``): fa18
 from 1.351 to 0.963 ms, fa19 from 0.718 to 0.522, sp18 from 0.358 to 0.240 (H200, B = 10000).
+On the many-channel layers with a pool of 2 or 4 a lane holds a whole window as a block (as triton-direct's
+blocks: the block's first input in the pointer, constant offsets, merged loads; ``TileConfig(block_rows=
+pool)``), so the window max needs no shuffle: fa20 L2 (relu + pool 4) from 2.45 to 1.42 ms (run 13).
 Course step: milestone 4's kernel fusion ("fuse the unrolling, the matrix multiply and the pooling"),
 with the compile-time shapes and register tiling of the direct kernels.
 Bottleneck: FP32 FMA issue: with the output cut by pool^2 every course layer becomes compute-bound
@@ -41,7 +44,8 @@ DEFAULT = Config(4, 16, 4)
 SWEEP = (Config(4, 16, 4), Config(8, 8, 4), Config(4, 24, 4), Config(8, 12, 4), Config(4, 12, 4),
          Config(4, 16, 8), Config(16, 8, 4),
          Config(4, 16, 4, True), Config(8, 8, 4, True), Config(4, 24, 4, True), Config(8, 12, 4, True),
-         Config(16, 8, 4, True))
+         Config(16, 8, 4, True), Config(16, 8, 4, block_rows=4), Config(8, 16, 4, block_rows=4),
+         Config(4, 8, 4, block_rows=2))
 
 
 def choose_config(maps: int, channels: int, kernel: int, pool: int) -> Config:
@@ -52,6 +56,10 @@ def choose_config(maps: int, channels: int, kernel: int, pool: int) -> Config:
     --sweep`` times the alternatives on a GPU."""
     if common.can_bake(channels, kernel):
         return Config(8, 8, 4, True) if maps <= 8 and pool <= 2 else Config(4, 12, 4, True)
+    if _is_pow2(pool) and 2 <= pool <= 4:
+        # A whole window per lane, passes of 8 maps: fa20 L2 (relu + pool 4) 1.420 ms against 2.450 with
+        # DEFAULT (benchmarks/h200-2026-11-21-session8/sweep2_fused.txt).
+        return Config(pool * pool, 8, 4, block_rows=pool)
     return DEFAULT
 
 
@@ -85,15 +93,16 @@ if triton is not None:
     def _pass(x_ptr, w_ptr, b_ptr, y_ptr, x_off, y_off, valid, m0, GA: tl.constexpr, GB: tl.constexpr,
               WPITCH: tl.constexpr, BP: tl.constexpr, BPP: tl.constexpr, C: tl.constexpr, H: tl.constexpr,
               W: tl.constexpr, K: tl.constexpr, M: tl.constexpr, HPWP: tl.constexpr, P: tl.constexpr,
-              PI: tl.constexpr, PJ: tl.constexpr, JL: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
-              UNROLL_C: tl.constexpr, BAKED: tl.constexpr, WTS: tl.constexpr):
+              PI: tl.constexpr, PJ: tl.constexpr, JL: tl.constexpr, NI: tl.constexpr, NJ: tl.constexpr,
+              HAS_BIAS: tl.constexpr, ACT: tl.constexpr, UNROLL_C: tl.constexpr, BAKED: tl.constexpr,
+              WTS: tl.constexpr):
         GBX: tl.constexpr = GB if GB > 0 else 1
         best_a = tl.full([GA, BPP], float("-inf"), tl.float32)
         best_b = tl.full([GBX, BPP], float("-inf"), tl.float32)
-        # Window rows and columns the tile does not hold side by side (only for a pool that is not a
-        # power of two): loops with a running max.
-        for ii in range(P // PI):
-            for jj in tl.static_range(P // PJ):
+        # Window rows and columns the tile does not hold side by side (NI, NJ > 1 only for a pool that
+        # is not a power of two): loops with a running max.
+        for ii in range(NI):
+            for jj in tl.static_range(NJ):
                 acc_a, acc_b = common.conv_tile(x_ptr, w_ptr, x_off + (ii * W + jj), m0, GA, GB, WPITCH, BP,
                                                 C, H, W, K, UNROLL_C, BAKED, WTS)
                 best_a = _window_max(best_a, acc_a, GA, PI, BPP, PJ, JL)
@@ -106,7 +115,8 @@ if triton is not None:
     @triton.jit
     def _fused_kernel(x_ptr, w_ptr, b_ptr, y_ptr, B,
                       C: tl.constexpr, H: tl.constexpr, W: tl.constexpr, K: tl.constexpr, M: tl.constexpr,
-                      P: tl.constexpr, PI: tl.constexpr, PJ: tl.constexpr, JL: tl.constexpr, ACT: tl.constexpr,
+                      P: tl.constexpr, PI: tl.constexpr, PJ: tl.constexpr, JL: tl.constexpr, NI: tl.constexpr,
+                      NJ: tl.constexpr, RB: tl.constexpr, CB: tl.constexpr, ACT: tl.constexpr,
                       GA: tl.constexpr, GB: tl.constexpr, N: tl.constexpr, TA: tl.constexpr, TB: tl.constexpr,
                       BP: tl.constexpr, HAS_BIAS: tl.constexpr, UNROLL_C: tl.constexpr, BAKED: tl.constexpr,
                       WTS: tl.constexpr):
@@ -122,19 +132,36 @@ if triton is not None:
         # columns in registers, neighbouring taps of a lane read the same inputs (LLVM merges those
         # loads), with JL a warp reads 32 neighbouring input columns and the columns' max is a shuffle.
         idx = tl.arange(0, BP)
-        if JL:
-            i = idx // (BPP * PJ)
+        if RB > 0:
+            # Blocks (the many-channel layers): a lane holds a P x CB block of one window (PI = P * CB
+            # positions, e = idx // (BPP * PJ) fastest down the block's rows) and the window's PJ = P / CB
+            # blocks sit in neighbouring lanes. The block's first input goes into the pointer and x_off
+            # keeps a constant per register, so LLVM sees the taps' equal addresses and merges their loads
+            # (as in triton-direct's blocks).
+            e = idx // (BPP * PJ)
             k = (idx // PJ) % BPP
             j = idx % PJ
+            pp = tl.program_id(0) * BPP + k
+            b = tl.minimum(pp // HPWP, B - 1)        # past the end: re-read the last image, store nothing
+            r = pp % HPWP
+            ph = r // WP
+            x_base = x_ptr + (b * (C * H * W) + P * ph * W + P * (r - ph * WP) + j * CB)
+            x_off = (e % RB) * W + e // RB
         else:
-            i = idx // (PJ * BPP)
-            j = (idx // BPP) % PJ
-            k = idx % BPP
-        pp = tl.program_id(0) * BPP + k
-        b = tl.minimum(pp // HPWP, B - 1)            # past the end: re-read the last image, store nothing
-        r = pp % HPWP
-        ph = r // WP
-        x_off = b * (C * H * W) + (P * ph + i) * W + P * (r - ph * WP) + j
+            if JL:
+                i = idx // (BPP * PJ)
+                k = (idx // PJ) % BPP
+                j = idx % PJ
+            else:
+                i = idx // (PJ * BPP)
+                j = (idx // BPP) % PJ
+                k = idx % BPP
+            pp = tl.program_id(0) * BPP + k
+            b = tl.minimum(pp // HPWP, B - 1)        # past the end: re-read the last image, store nothing
+            r = pp % HPWP
+            ph = r // WP
+            x_base = x_ptr
+            x_off = b * (C * H * W) + (P * ph + i) * W + P * (r - ph * WP) + j
         # One position per lane, as the sums' default layout: Triton would otherwise prove some columns
         # contiguous, widen the loads, and shuffle every tap's input through shared memory.
         x_off = tl.multiple_of(x_off, 1)
@@ -144,15 +171,15 @@ if triton is not None:
         y_off = tl.max_contiguous(tl.multiple_of(ob * (M * HPWP) + opos % HPWP, 1), 2)
         if BAKED:   # static passes: each pass's first map is a constant, so are its weights' indices
             for g in tl.static_range(N):
-                _pass(x_ptr, w_ptr, b_ptr, y_ptr, x_off, y_off, valid, g * (GA + GB), GA, GB, WPITCH, BP, BPP,
-                      C, H, W, K, M, HPWP, P, PI, PJ, JL, HAS_BIAS, ACT, UNROLL_C, BAKED, WTS)
+                _pass(x_base, w_ptr, b_ptr, y_ptr, x_off, y_off, valid, g * (GA + GB), GA, GB, WPITCH, BP, BPP,
+                      C, H, W, K, M, HPWP, P, PI, PJ, JL, NI, NJ, HAS_BIAS, ACT, UNROLL_C, BAKED, WTS)
         else:
             for g in range(N):
-                _pass(x_ptr, w_ptr, b_ptr, y_ptr, x_off, y_off, valid, g * (GA + GB), GA, GB, WPITCH, BP, BPP,
-                      C, H, W, K, M, HPWP, P, PI, PJ, JL, HAS_BIAS, ACT, UNROLL_C, BAKED, WTS)
+                _pass(x_base, w_ptr, b_ptr, y_ptr, x_off, y_off, valid, g * (GA + GB), GA, GB, WPITCH, BP, BPP,
+                      C, H, W, K, M, HPWP, P, PI, PJ, JL, NI, NJ, HAS_BIAS, ACT, UNROLL_C, BAKED, WTS)
         if TA > 0:
-            _pass(x_ptr, w_ptr, b_ptr, y_ptr, x_off, y_off, valid, N * (GA + GB), TA, TB, WPITCH, BP, BPP,
-                  C, H, W, K, M, HPWP, P, PI, PJ, JL, HAS_BIAS, ACT, UNROLL_C, BAKED, WTS)
+            _pass(x_base, w_ptr, b_ptr, y_ptr, x_off, y_off, valid, N * (GA + GB), TA, TB, WPITCH, BP, BPP,
+                  C, H, W, K, M, HPWP, P, PI, PJ, JL, NI, NJ, HAS_BIAS, ACT, UNROLL_C, BAKED, WTS)
 
 
 def unavailable_reason() -> Optional[str]:
@@ -180,11 +207,24 @@ def kernel_constants(maps: int, channels: int, kernel: int, height: int, width: 
     ``weights``: the baked weights (``common.bake_weights``) when ``cfg.baked``."""
     plan = common.plan_maps(maps, cfg.positions_per_thread, cfg.max_per_pass)
     baked = common.bakes(cfg, channels, kernel)
-    rows, cols, cols_in_lanes = window_split(pool, cfg.positions_per_thread)
-    return dict(C=channels, H=height, W=width, K=kernel, M=maps, P=pool, PI=rows, PJ=cols, JL=cols_in_lanes,
+    if uses_blocks(cfg, channels, kernel, pool):
+        cols = cfg.block_cols
+        tiling = dict(PI=pool * cols, PJ=pool // cols, JL=True, NI=1, NJ=1, RB=pool, CB=cols)
+    else:
+        rows, cols, cols_in_lanes = window_split(pool, cfg.positions_per_thread)
+        tiling = dict(PI=rows, PJ=cols, JL=cols_in_lanes, NI=pool // rows, NJ=pool // cols, RB=0, CB=0)
+    return dict(C=channels, H=height, W=width, K=kernel, M=maps, P=pool, **tiling,
                 ACT=common.ACTIVATION_CODES[activation], **plan.constants(), BP=cfg.block, HAS_BIAS=has_bias,
                 UNROLL_C=common.unroll_channels(channels, kernel), BAKED=baked, WTS=weights if baked else 0,
-                num_warps=cfg.num_warps, num_stages=1)
+                **cfg.launch_options())
+
+
+def uses_blocks(cfg: Config, channels: int, kernel: int, pool: int) -> bool:
+    """Blocks (``TileConfig.block_rows``) serve the layers whose channel loop runs at run time, when a block
+    is a window's full height and a power-of-two share of its width."""
+    cols = cfg.block_cols
+    return (cfg.block_rows > 0 and not common.unroll_channels(channels, kernel) and cfg.block_rows == pool
+            and _is_pow2(pool) and pool % cols == 0)
 
 
 def _prepare(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Optional[str], pool: int,
@@ -201,8 +241,6 @@ def _prepare(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Opt
     packed = common.pack_weights(weight, plan.width)
     packed_bias = common.pack_bias(bias, plan.width, weight)
     baked = common.bake_weights(packed) if common.bakes(cfg, channels, kernel) else ()
-    rows, cols, _ = window_split(pool, cfg.positions_per_thread)
-    block_out = cfg.block // (rows * cols)
     launches: dict = {}   # input (H, W) -> constants: one dict lookup per call
 
     def run(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -218,6 +256,7 @@ def _prepare(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Opt
                 maps, channels, kernel, height, width, bias is not None, activation, pool, cfg, baked)
         x = common.contiguous_input(x)
         for xs, ys, n in common.batch_views(x, buffer, max(channels * height * width, maps * hp * wp)):
+            block_out = constants["BP"] // (constants["PI"] * constants["PJ"])   # pooled outputs per program
             _fused_kernel[(triton.cdiv(n * hp * wp, block_out),)](xs, packed, packed_bias, ys, n, **constants)
         return common.finish(buffer, result)
 
