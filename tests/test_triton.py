@@ -206,7 +206,8 @@ FUSED_BLOCKS = [
 ]
 
 
-@pytest.mark.parametrize("case", FUSED_BLOCKS, ids=lambda c: "M{}C{}H{}W{}K{}".format(*c[0][1:]) + f"-pool{c[2]}-R{c[4][0]}")
+@pytest.mark.parametrize("case", FUSED_BLOCKS,
+                         ids=lambda c: "M{}C{}H{}W{}K{}".format(*c[0][1:]) + f"-pool{c[2]}-R{c[4][0]}")
 def test_fused_blocks(case):
     from convforge.conv import triton_fused_layer
     shape, activation, pool, bias, (r, maps, warps, rows) = case

@@ -278,8 +278,8 @@ if triton is not None:
         (first tile, (GA, BP)) and m0+GA .. m0+GA+GB-1 (second tile, (max(GB, 1), BP); unused if GB = 0).
 
         ``x_off`` (BP,) holds each output position's top-left input offset from ``x_ptr`` (a pointer, or
-        per-lane pointers for blocks). The tiles are laid out maps x positions, so every map of a lane's positions is in that lane's registers: per tap a lane
-        loads its inputs once (one per position; a V-wide hinted x_off turns them into vector loads
+        per-lane pointers for blocks). The tiles are laid out maps x positions, so every map of a lane's
+        positions is in that lane's registers: per tap a lane loads its inputs once (one per position; a V-wide hinted x_off turns them into vector loads
         shared across taps), one uniform 16-byte weight load per 4 maps, and GA + GB FMAs per position.
         The K x K taps are unrolled (immediate offsets); the channels too when UNROLL_C. With BAKED (needs
         UNROLL_C and a compile-time m0: the caller's pass loop is static) the weights come from the
