@@ -132,34 +132,26 @@ if triton is not None:
         # columns in registers, neighbouring taps of a lane read the same inputs (LLVM merges those
         # loads), with JL a warp reads 32 neighbouring input columns and the columns' max is a shuffle.
         idx = tl.arange(0, BP)
-        if RB > 0:
-            # Blocks (the many-channel layers): a lane holds a P x CB block of one window (PI = P * CB
-            # positions, e = idx // (BPP * PJ) fastest down the block's rows) and the window's PJ = P / CB
-            # blocks sit in neighbouring lanes. The block's first input goes into the pointer and x_off
-            # keeps a constant per register, so LLVM sees the taps' equal addresses and merges their loads
-            # (as in triton-direct's blocks).
-            e = idx // (BPP * PJ)
+        if JL:
+            i = idx // (BPP * PJ)
             k = (idx // PJ) % BPP
             j = idx % PJ
-            pp = tl.program_id(0) * BPP + k
-            b = tl.minimum(pp // HPWP, B - 1)        # past the end: re-read the last image, store nothing
-            r = pp % HPWP
-            ph = r // WP
-            x_base = x_ptr + (b * (C * H * W) + P * ph * W + P * (r - ph * WP) + j * CB)
-            x_off = (e % RB) * W + e // RB
         else:
-            if JL:
-                i = idx // (BPP * PJ)
-                k = (idx // PJ) % BPP
-                j = idx % PJ
-            else:
-                i = idx // (PJ * BPP)
-                j = (idx // BPP) % PJ
-                k = idx % BPP
-            pp = tl.program_id(0) * BPP + k
-            b = tl.minimum(pp // HPWP, B - 1)        # past the end: re-read the last image, store nothing
-            r = pp % HPWP
-            ph = r // WP
+            i = idx // (PJ * BPP)
+            j = (idx // BPP) % PJ
+            k = idx % BPP
+        pp = tl.program_id(0) * BPP + k
+        b = tl.minimum(pp // HPWP, B - 1)            # past the end: re-read the last image, store nothing
+        r = pp % HPWP
+        ph = r // WP
+        if RB > 0:
+            # Blocks (the many-channel layers; JL): i < PI = P * CB indexes a P x CB block of one window
+            # (down its rows first) and the window's PJ = P / CB blocks sit in neighbouring lanes. The
+            # block's first input goes into the pointer and x_off keeps a constant per register, so LLVM
+            # sees the taps' equal addresses and merges their loads (as in triton-direct's blocks).
+            x_base = x_ptr + (b * (C * H * W) + P * ph * W + P * (r - ph * WP) + j * CB)
+            x_off = (i % RB) * W + i // RB
+        else:
             x_base = x_ptr
             x_off = b * (C * H * W) + (P * ph + i) * W + P * (r - ph * WP) + j
         # One position per lane, as the sums' default layout: Triton would otherwise prove some columns
