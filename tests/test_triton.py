@@ -158,6 +158,8 @@ BLOCKS = [
     ((3, 5, 4, 14, 11, 5), (8, 8, 2, 8)),      # 8x1 blocks on 10x7 (one overlapping block row)
     ((2, 16, 4, 12, 12, 7), (4, 16, 4, 4)),    # 4x1 blocks, 7x7 kernel, one pass of 16 maps
     ((1, 9, 5, 8, 9, 5), (4, 8, 1, 2)),        # 2x2 blocks, one warp, M = 9 (a tail pass)
+    ((5, 3, 4, 14, 11, 5), (8, 8, 1, 8)),      # one warp: 3 programs, the last with padding lanes
+    ((3, 5, 4, 13, 14, 5), (8, 8, 1, 4)),      # one warp, 4x2: programs straddle images
 ]
 
 
@@ -175,6 +177,12 @@ def test_direct_blocks(case):
     ref = reference_layer(x, w, b)
     tolerance = _tolerance(conv.get("triton-direct"))
     _assert_close(check_call(fn, x, ref, tolerance), fn, x, ref, tolerance, f"blocks {case}")
+
+
+def test_block_config_must_tile_the_positions():
+    for rows in (3, 16):
+        with pytest.raises(ValueError, match="block_rows"):
+            triton_common.TileConfig(8, 8, 4, block_rows=rows)
 
 
 def test_blocks_are_the_many_channel_default_and_fall_back():
@@ -203,6 +211,8 @@ FUSED_BLOCKS = [
     ((2, 5, 4, 12, 11, 5), "tanh", 2, True, (4, 8, 2, 2)),      # pool 2, 2x2 blocks, 8x7 conv -> 4x3
     ((2, 6, 3, 12, 13, 5), "sigmoid", 4, True, (4, 8, 2, 4)),   # 4x1 blocks: four lanes per window
     ((1, 9, 5, 11, 10, 5), None, 2, False, (2, 8, 4, 2)),       # 2x1 blocks, M = 9
+    ((3, 5, 4, 13, 14, 5), "tanh", 2, True, (4, 8, 1, 2)),      # one warp: several programs
+    ((5, 3, 4, 16, 17, 5), "relu", 4, False, (8, 8, 1, 4)),     # one warp, two lanes per window
 ]
 
 
@@ -304,3 +314,14 @@ def test_batches_past_int32_offsets_go_in_slices(monkeypatch):
     ref = reference_layer(x, w, b, "tanh", 2)
     impl = conv.get("triton-fused-layer")
     _assert_close(check_call(fn, x, ref, _tolerance(impl)), fn, x, ref, _tolerance(impl), "fused sliced")
+    # the block paths (C*K*K > 64), direct and fused, sliced too
+    x, w, b = _case((7, 5, 4, 11, 10, 5), seed=32, bias=True)
+    per_image = max(4 * 11 * 10, 5 * 7 * 6)
+    monkeypatch.setattr(triton_common, "INT32_LIMIT", 3 * per_image + (1 << 16))
+    from convforge.conv import triton_direct, triton_fused_layer
+    cfg = triton_common.TileConfig(8, 8, 1, block_rows=4)
+    fn, ref = triton_direct.prepare(w, b, config=cfg), reference_layer(x, w, b)
+    _assert_close(check_call(fn, x, ref, _tolerance(impl)), fn, x, ref, _tolerance(impl), "blocks sliced")
+    cfg = triton_common.TileConfig(4, 8, 1, block_rows=2)
+    fn, ref = triton_fused_layer.prepare_fused(w, b, "relu", 2, config=cfg), reference_layer(x, w, b, "relu", 2)
+    _assert_close(check_call(fn, x, ref, _tolerance(impl)), fn, x, ref, _tolerance(impl), "fused blocks sliced")

@@ -170,9 +170,16 @@ class TileConfig:
     num_warps: int = 4
     baked: bool = False   # weights compiled into the kernel as FMA immediates (see ``bake_weights``)
     # > 0: a lane's R positions are a block of block_rows x (R / block_rows) neighbouring outputs, so
-    # neighbouring taps share input loads (triton-direct on the layers whose channel loop is not unrolled).
+    # neighbouring taps share input loads (triton-direct and triton-fused-layer on the layers whose
+    # channel loop is not unrolled; the fused kernel needs block_rows = pool).
     block_rows: int = 0
     maxnreg: int = 0      # > 0: ptxas register cap (more resident warps, less load hoisting)
+
+    def __post_init__(self):
+        r, rows = self.positions_per_thread, self.block_rows
+        if rows and (rows & (rows - 1) or r % rows):
+            raise ValueError(f"block_rows must be 0 or a power of two dividing positions_per_thread ({r}), "
+                             f"got {rows}")
 
     @property
     def block(self) -> int:
@@ -278,13 +285,13 @@ if triton is not None:
         (first tile, (GA, BP)) and m0+GA .. m0+GA+GB-1 (second tile, (max(GB, 1), BP); unused if GB = 0).
 
         ``x_off`` (BP,) holds each output position's top-left input offset from ``x_ptr`` (a pointer, or
-        per-lane pointers for blocks). The tiles are laid out maps x positions, so every map of a lane's
-        positions is in that lane's registers: per tap a lane loads its inputs once (one per position; a V-wide hinted x_off turns them into vector loads
-        shared across taps), one uniform 16-byte weight load per 4 maps, and GA + GB FMAs per position.
-        The K x K taps are unrolled (immediate offsets); the channels too when UNROLL_C. With BAKED (needs
-        UNROLL_C and a compile-time m0: the caller's pass loop is static) the weights come from the
-        constexpr tuple WTS (``bake_weights``) as FMA immediates and no weight is loaded. The caller's
-        hints decide the layout: it must match the sums' (see the kernels' comments).
+        per-lane pointers for blocks). The tiles are laid out maps x positions, so every map of a lane's positions
+        is in that lane's registers: per tap a lane loads its inputs once (one per position; a V-wide hinted
+        x_off turns them into vector loads shared across taps), one uniform 16-byte weight load per 4 maps, and
+        GA + GB FMAs per position. The K x K taps are unrolled (immediate offsets); the channels too when
+        UNROLL_C. With BAKED (needs UNROLL_C and a compile-time m0: the caller's pass loop is static) the
+        weights come from the constexpr tuple WTS (``bake_weights``) as FMA immediates and no weight is loaded.
+        The caller's hints decide the layout: it must match the sums' (see the kernels' comments).
         """
         maps_a = m0 + tl.arange(0, GA)
         maps_b = m0 + GA + tl.arange(0, GB if GB > 0 else 1)

@@ -186,7 +186,7 @@ def unavailable_reason() -> Optional[str]:
 
 def kernel_constants(maps: int, channels: int, kernel: int, height: int, width: int, has_bias: bool,
                      cfg: Config, weights: tuple = ()) -> dict:
-    """Every compile-time argument of _direct_kernel (and num_warps / num_stages) for one layer shape;
+    """Every compile-time argument of _direct_kernel (and the launch options) for one layer shape;
     ``weights``: the baked weights (``common.bake_weights``) when ``cfg.baked``."""
     plan = common.plan_maps(maps, cfg.positions_per_thread, cfg.max_per_pass)
     baked = common.bakes(cfg, channels, kernel)

@@ -17,7 +17,8 @@ weights are baked into the kernel as FMA immediates, as in triton-direct (``Tile
 from 1.351 to 0.963 ms, fa19 from 0.718 to 0.522, sp18 from 0.358 to 0.240 (H200, B = 10000).
 On the many-channel layers with a pool of 2 or 4 a lane holds a whole window as a block (as triton-direct's
 blocks: the block's first input in the pointer, constant offsets, merged loads; ``TileConfig(block_rows=
-pool)``), so the window max needs no shuffle: fa20 L2 (relu + pool 4) from 2.45 to 1.42 ms (run 13).
+pool)``; the default is the whole window, so its max needs no shuffle): fa20 L2 (relu + pool 4) from 2.45
+to 1.42 ms (run 13).
 Course step: milestone 4's kernel fusion ("fuse the unrolling, the matrix multiply and the pooling"),
 with the compile-time shapes and register tiling of the direct kernels.
 Bottleneck: FP32 FMA issue: with the output cut by pool^2 every course layer becomes compute-bound
@@ -51,9 +52,10 @@ SWEEP = (Config(4, 16, 4), Config(8, 8, 4), Config(4, 24, 4), Config(8, 12, 4), 
 def choose_config(maps: int, channels: int, kernel: int, pool: int) -> Config:
     """Per layer shape: baked weights where they can be (``common.can_bake``; measured on an H200,
     benchmarks/h200-2026-11-21-session7/triton_sweep_baked*.txt: 8 positions per lane for few maps, sp18 L1
-    0.236 ms; else 4 positions and passes of up to 12 maps, fa17 0.348 against 0.371 with 16), else DEFAULT
-    (from the SASS: FFMA share, registers, no spills); ``python -m convforge.conv.triton_common bench
-    --sweep`` times the alternatives on a GPU."""
+    0.236 ms; else 4 positions and passes of up to 12 maps, fa17 0.348 against 0.371 with 16); with a
+    run-time channel loop and a pool of 2 or 4, a whole window per lane as a block (session 8); else
+    DEFAULT (from the SASS: FFMA share, registers, no spills); ``python -m convforge.conv.triton_common
+    bench --sweep`` times the alternatives on a GPU."""
     if common.can_bake(channels, kernel):
         return Config(8, 8, 4, True) if maps <= 8 and pool <= 2 else Config(4, 12, 4, True)
     if _is_pow2(pool) and 2 <= pool <= 4:
@@ -99,8 +101,9 @@ if triton is not None:
         GBX: tl.constexpr = GB if GB > 0 else 1
         best_a = tl.full([GA, BPP], float("-inf"), tl.float32)
         best_b = tl.full([GBX, BPP], float("-inf"), tl.float32)
-        # Window rows and columns the tile does not hold side by side (NI, NJ > 1 only for a pool that
-        # is not a power of two): loops with a running max.
+        # Window rows and columns the tile does not hold side by side (NI, NJ > 1 when the lane's
+        # positions do not span the window, or for a pool that is not a power of two): loops with a
+        # running max.
         for ii in range(NI):
             for jj in tl.static_range(NJ):
                 acc_a, acc_b = common.conv_tile(x_ptr, w_ptr, x_off + (ii * W + jj), m0, GA, GB, WPITCH, BP,
@@ -195,7 +198,7 @@ def window_split(pool: int, positions_per_thread: int) -> tuple[int, int, bool]:
 
 def kernel_constants(maps: int, channels: int, kernel: int, height: int, width: int, has_bias: bool,
                      activation: Optional[str], pool: int, cfg: Config, weights: tuple = ()) -> dict:
-    """Every compile-time argument of _fused_kernel (and num_warps / num_stages) for one layer shape;
+    """Every compile-time argument of _fused_kernel (and the launch options) for one layer shape;
     ``weights``: the baked weights (``common.bake_weights``) when ``cfg.baked``."""
     plan = common.plan_maps(maps, cfg.positions_per_thread, cfg.max_per_pass)
     baked = common.bakes(cfg, channels, kernel)
