@@ -219,6 +219,13 @@ def bakes(cfg: "TileConfig", channels: int, kernel: int) -> bool:
     return cfg.baked and can_bake(channels, kernel)
 
 
+def uses_blocks(cfg: "TileConfig", channels: int, kernel: int) -> bool:
+    """Whether a config's blocks apply to a layer: they serve the layers whose channel loop runs at run
+    time (the unrolled one-channel layers use vector loads or baked weights instead). The kernels add
+    their own shape conditions (``triton_direct.block_shape``, ``triton_fused_layer.uses_blocks``)."""
+    return cfg.block_rows > 0 and not unroll_channels(channels, kernel)
+
+
 def bake_weights(packed: torch.Tensor) -> tuple:
     """The packed weights as a tuple of Python floats, for a ``tl.constexpr`` argument: Triton then
     specialises the kernel on them and every multiply-add takes its weight as an fp32 immediate (the
@@ -368,6 +375,8 @@ def _bench(args) -> int:  # pragma: no cover - needs a GPU
         return 1
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
+    configs = ([TileConfig(*(int(v) for v in c.split(","))) for c in args.configs.split(";") if c]
+               if args.configs else None)
     print(f"{'layer':8s} {'kernel':46s} {'ms':>8s} {'floor':>7s} {'%floor':>7s} {'error':>8s}")
     for label, shape1, fusion in preset_layers([w for w in args.layers.split(",") if w]):
         if (args.channels == "one" and shape1.C != 1) or (args.channels == "many" and shape1.C == 1):
@@ -383,8 +392,6 @@ def _bench(args) -> int:  # pragma: no cover - needs a GPU
                 runs.append((f"{name} {fusion[0]}+pool{fusion[1]}", impl.prepare_fused(w, None, *fusion), fusion))
             if not impl.fuses or args.unfused or fusion is None:
                 runs.append((name, impl.prepare(w, None), None))
-        configs = ([TileConfig(*(int(v) for v in c.split(","))) for c in args.configs.split(";") if c]
-                   if args.configs else None)
         if args.sweep in ("all", "direct"):
             for cfg in configs or triton_direct.SWEEP:
                 runs.append((f"  direct {cfg}", triton_direct.prepare(w, None, config=cfg), None))

@@ -63,7 +63,7 @@ SWEEP = (Config(4, 24, 4), Config(8, 12, 4),
 # Measured (B = 10000, H200, benchmarks/h200-2026-11-21-session7/triton_sweep_baked*.txt): baked weights on
 # the one-channel layers, 4 positions per lane (sp18 L1 0.302 ms against 0.353 with 8; fa18 L1 0.969 against
 # 1.385), except fa19 L1 (0.661 with 8 positions and passes of 12 maps, 0.690 with 4) and fa17 L1 (2 positions
-# and passes of up to 32 maps: 0.322 against 0.401 with 4, triton_sweep_baked6.txt; not yet in a bench run).
+# and passes of up to 32 maps: 0.322 against 0.401 with 4, triton_sweep_baked6.txt; 0.324 in run 13).
 TUNED_BAKED = {(12, 1, 5): Config(8, 12, 4, True), (50, 1, 5): Config(2, 32, 4, True)}
 
 
@@ -195,19 +195,16 @@ def kernel_constants(maps: int, channels: int, kernel: int, height: int, width: 
     # num_stages=1 (launch_options): the channel loop's loads hit L1; software pipelining would stage
     # them through shared memory for nothing (seen in the SASS).
     return dict(C=channels, H=height, W=width, K=kernel, M=maps, **plan.constants(),
-                V=1 if rows else common.vector_width(width, kernel, cfg.positions_per_thread, unroll),
+                V=common.vector_width(width, kernel, cfg.positions_per_thread, unroll),   # 1 with blocks
                 BP=cfg.block, HAS_BIAS=has_bias, UNROLL_C=unroll, BAKED=baked, WTS=weights if baked else 0,
                 RB=rows, CB=cols, **cfg.launch_options())
 
 
 def block_shape(cfg: Config, channels: int, kernel: int, height: int, width: int) -> tuple[int, int]:
-    """(rows, cols) of the output block each lane computes, (0, 0) for the flat layout.
-
-    Blocks serve the layers whose channel loop runs at run time (the unrolled one-channel layers use
-    vector loads instead). A block larger than the output map uses the flat layout too."""
+    """(rows, cols) of the output block each lane computes, (0, 0) for the flat layout: where the config's
+    blocks do not apply (``common.uses_blocks``), or a block is larger than the output map."""
     rows, cols = cfg.block_rows, cfg.block_cols
-    if (not rows or common.unroll_channels(channels, kernel) or rows > height - kernel + 1
-            or cols > width - kernel + 1):
+    if not common.uses_blocks(cfg, channels, kernel) or rows > height - kernel + 1 or cols > width - kernel + 1:
         return 0, 0
     return rows, cols
 

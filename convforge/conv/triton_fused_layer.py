@@ -217,9 +217,8 @@ def kernel_constants(maps: int, channels: int, kernel: int, height: int, width: 
 def uses_blocks(cfg: Config, channels: int, kernel: int, pool: int) -> bool:
     """Blocks (``TileConfig.block_rows``) serve the layers whose channel loop runs at run time, when a block
     is a window's full height and a power-of-two share of its width."""
-    cols = cfg.block_cols
-    return (cfg.block_rows > 0 and not common.unroll_channels(channels, kernel) and cfg.block_rows == pool
-            and _is_pow2(pool) and pool % cols == 0)
+    return (common.uses_blocks(cfg, channels, kernel) and cfg.block_rows == pool and _is_pow2(pool)
+            and pool % cfg.block_cols == 0)
 
 
 def _prepare(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Optional[str], pool: int,
@@ -250,8 +249,8 @@ def _prepare(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Opt
             constants = launches[(height, width)] = kernel_constants(
                 maps, channels, kernel, height, width, bias is not None, activation, pool, cfg, baked)
         x = common.contiguous_input(x)
+        block_out = constants["BP"] // (constants["PI"] * constants["PJ"])   # pooled outputs per program
         for xs, ys, n in common.batch_views(x, buffer, max(channels * height * width, maps * hp * wp)):
-            block_out = constants["BP"] // (constants["PI"] * constants["PJ"])   # pooled outputs per program
             _fused_kernel[(triton.cdiv(n * hp * wp, block_out),)](xs, packed, packed_bias, ys, n, **constants)
         return common.finish(buffer, result)
 
