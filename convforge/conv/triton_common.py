@@ -34,6 +34,8 @@ except ImportError:  # pragma: no cover - the registry reports the missing packa
     tl = None
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+# (major, minor) of the Triton in use: some tuned tile configs depend on it (triton_direct.TUNED_SINCE).
+TRITON_VERSION = tuple(int(v) for v in triton.__version__.split(".")[:2]) if triton is not None else (0, 0)
 
 ACTIVATION_CODES = {None: 0, "tanh": 1, "relu": 2, "sigmoid": 3}
 
@@ -190,7 +192,10 @@ class TileConfig:
         return self.positions_per_thread // self.block_rows if self.block_rows else 0
 
     def launch_options(self) -> dict:
-        return dict(num_warps=self.num_warps, num_stages=1, **({"maxnreg": self.maxnreg} if self.maxnreg else {}))
+        # FMA contraction stated, not inherited: the tap loops are built to be FFMA chains, and Triton 3.9
+        # announces that 3.10 turns its default off (TRITON_DEFAULT_FP_FUSION).
+        return dict(num_warps=self.num_warps, num_stages=1, enable_fp_fusion=True,
+                    **({"maxnreg": self.maxnreg} if self.maxnreg else {}))
 
     def __str__(self) -> str:
         return (f"R={self.positions_per_thread} maps<={self.max_per_pass} w={self.num_warps}"
@@ -456,7 +461,8 @@ def _sass(args) -> int:
     from convforge.conv import triton_direct, triton_fused_layer, triton_gemm
 
     def build(fn, pointers, constants, scalars=("B",)):
-        options = {k: constants.pop(k) for k in ("num_warps", "num_stages", "maxnreg") if k in constants}
+        options = {k: constants.pop(k) for k in ("num_warps", "num_stages", "maxnreg", "enable_fp_fusion")
+                   if k in constants}
         signature = {**{name: ("*i32" if name == "koff_ptr" else "*fp32") for name in pointers},
                      **{name: "i32" for name in scalars}, **{k: "constexpr" for k in constants}}
         attrs = {(i,): [["tt.divisibility", 16]] for i in range(len(pointers) + 1)}   # B = 10000

@@ -25,8 +25,9 @@ tap (p - 1, q) of the position below reads and merges the loads: (RB + K - 1) x 
 channel instead of RB x CB x K x K (48 instead of 200 on fa19 L2). With fewer loads per FMA the L1 stops being
 the limit (ncu on fa19 L2 before: L1 69 % busy, issue slots 57 %, two warps per scheduler at 255
 registers). A map's last block row (column) moves back inside the map and its overlap is stored once.
-fa18 L2 went from 8.9 to 5.54 ms, fa19 L2 3.64 to 3.31, sp18 L2 0.89 to 0.80, sp19 L2 0.45 to 0.42, fa20 L2
-2.07 to 2.01 (run 13; sp18 and sp19 L2 under a 128-register cap, ``TileConfig(maxnreg=128)``).
+fa18 L2 went from 8.9 to 5.54 ms, fa19 L2 3.64 to 3.31, sp18 L2 0.89 to 0.80, sp19 L2 0.45 to 0.42 (run 13;
+sp18 and sp19 L2 under a 128-register cap, ``TileConfig(maxnreg=128)``). fa20 L2 gains little: 2.07 flat, 2.08
+in the spill-free 4x2 blocks of 8 maps (2.01 with 16 maps, which every supported Triton spills).
 Course step: milestone 3's direct kernel with milestone 4's optimisations: compile-time K and C (the
 constant-memory / template tricks), register tiling over output maps (input reuse), thread coarsening
 over positions, fused bias, coalesced and vectorised stores; with baked weights, the
@@ -70,21 +71,33 @@ TUNED_BAKED = {(12, 1, 5): Config(8, 12, 4, True), (50, 1, 5): Config(2, 32, 4, 
 # Measured (B = 10000, H200, benchmarks/h200-2026-11-21-session8/sweep*.txt): the many-channel layers in
 # blocks of neighbouring outputs per lane. sp18/sp19 L2 4x2 blocks of 8 maps with 128 registers (0.808 and
 # 0.418 ms against 0.892 and 0.449 flat), fa18 L2 4x2 of 12 maps (5.538 against 8.908), fa19 L2 8x1 of 8
-# maps on 2 warps (3.327 against 3.637), fa20 L2 4x2 of 16 maps (2.012 against 2.074).
+# maps on 2 warps (3.327 against 3.637). Re-measured under Triton 3.6, 3.8 and 3.9 (the cubins each compiles,
+# timed on one H200: benchmarks/2026-11-25-h200-triton-versions/): fa20 L2 takes 4x2 blocks of 8 maps, which
+# no supported Triton spills (2.081 / 2.071 / 2.068 ms); the 16-map passes it had spilled 40 / 72 / 360 bytes
+# (2.015 / 2.104 / 2.133 ms). The 128-register cap of sp18/sp19 L2 spills the same 24 bytes outside the tap
+# loop under every version and stays 4-11 % faster than no cap (0.805 against 0.836 ms, 0.417 against 0.460).
 TUNED_BLOCKS = {(16, 6, 5): Config(8, 8, 4, block_rows=4, maxnreg=128),
                 (24, 12, 7): Config(8, 12, 4, block_rows=4),
                 (24, 12, 5): Config(8, 8, 2, block_rows=8),
-                (16, 4, 7): Config(8, 16, 4, block_rows=4)}
+                (16, 4, 7): Config(8, 8, 4, block_rows=4)}
+# Entries that replace TUNED_BLOCKS from a Triton version on. From 3.9 fa18 L2's 12-map passes spill 64 bytes
+# (5.496 ms); 8-map passes do not (5.418; under 3.6 they take 5.937 against the 12-map 5.547).
+TUNED_SINCE = {(3, 9): {(24, 12, 7): Config(8, 8, 4, block_rows=4)}}
 DEFAULT_BLOCKS = Config(8, 8, 4, block_rows=4)
 
 
 def choose_config(maps: int, channels: int, kernel: int) -> Config:
     """Per layer shape: baked weights where they can be (``common.can_bake``, the one-channel layers), else
-    blocks of outputs per lane (TUNED_BLOCKS, or DEFAULT_BLOCKS for other shapes); ``python -m
+    blocks of outputs per lane (TUNED_SINCE for the Triton in use, TUNED_BLOCKS, or DEFAULT_BLOCKS for other
+    shapes); ``python -m
     convforge.conv.triton_common bench --sweep`` times the alternatives on a GPU."""
     if common.can_bake(channels, kernel):
         return TUNED_BAKED.get((maps, channels, kernel), Config(4, 24, 4, True))
-    return TUNED_BLOCKS.get((maps, channels, kernel), DEFAULT_BLOCKS)
+    key = (maps, channels, kernel)
+    for since, table in sorted(TUNED_SINCE.items(), reverse=True):
+        if common.TRITON_VERSION >= since and key in table:
+            return table[key]
+    return TUNED_BLOCKS.get(key, DEFAULT_BLOCKS)
 
 
 if triton is not None:
