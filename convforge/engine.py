@@ -15,10 +15,16 @@ from typing import Optional
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from convforge import conv
 from convforge.errors import UserError
-from convforge.models import Conv, ConvShape, Network, apply_layer, fusion_after
+from convforge.models import Conv, ConvShape, Dense, Network, apply_layer, fusion_after
+
+# "exact": fp32 arithmetic throughout. "fast": FP16 tensor cores for the many-channel convolutions and bf16
+# ones for the dense layers, both accumulating in fp32 (accuracy reported beside exact by bench's whole run).
+PRECISIONS = ("exact", "fast")
+FAST_CONV = "cuda-tc-fp16"
 
 # Bound on the largest activation of one chunk, so memory stays flat for any number of images.
 CHUNK_BYTES = {"cpu": 256 << 20, "cuda": 4 << 30}
@@ -115,22 +121,32 @@ class _Step:
     conv_fn: Optional[conv.ConvFn] = None
     result: Optional[LayerResult] = None
     skip: int = 0  # following layers the conv kernel already applied (fusion)
+    dense_bf16: Optional[tuple] = None  # the fast path's (weight, bias) in bf16 for a dense layer
 
 
 class Engine:
     """A network bound to one convolution implementation on one device, prepared once, run many times."""
 
     def __init__(self, network: Network, impl: str = "auto", device: str = "auto", fuse: bool = True,
-                 chunk: Optional[int] = None, annotate: bool = False):
+                 chunk: Optional[int] = None, annotate: bool = False, precision: str = "exact"):
         self.network = network
         self.device = resolve_device(device)
         self.impl = conv.resolve(impl, self.device)
+        if precision not in PRECISIONS:
+            raise UserError(f"unknown precision '{precision}'; choose {' or '.join(PRECISIONS)}")
+        if precision == "fast" and self.device != "cuda":
+            raise UserError("--precision fast runs on tensor cores: it needs --device cuda")
+        self.precision = precision
         self.params = {k: v.to(self.device) for k, v in network.params.items()}
+        # The fast path's dense layers: bf16 operands on the tensor cores, fp32 accumulation and output.
+        self._dense_bf16 = {k: v.to(torch.bfloat16) for k, v in self.params.items()
+                            if k.startswith("fc")} if precision == "fast" else {}
         arch = network.architecture
         self.annotate = annotate  # name each layer in profiler traces (record_function + NVTX)
         self.chunk = chunk or max(1, CHUNK_BYTES[self.device] // (4 * arch.max_activation_elements()))
         self.steps: list[_Step] = []
         self._warm_batches: set[int] = set()
+        self._graphs: dict[int, GraphedForward] = {}
         walk = list(arch.walk())
         conv_index = 0
         t0 = time.perf_counter()
@@ -141,15 +157,18 @@ class Engine:
             if isinstance(layer, Conv):
                 conv_index += 1
                 weight, bias = self.params[f"{prefix}.weight"], self.params.get(f"{prefix}.bias")
-                fusion = fusion_after(walk, i) if fuse and self.impl.fuses else None
+                impl = self._layer_impl(shape_in[0])
+                fusion = fusion_after(walk, i) if fuse and impl.fuses else None
                 shape = ConvShape(0, layer.out_channels, *shape_in, layer.kernel)
-                step.result = LayerResult(conv_index, shape, self.impl.name)
+                step.result = LayerResult(conv_index, shape, impl.name)
                 if fusion:
                     activation, pool, step.skip = fusion
-                    step.conv_fn = self.impl.prepare_fused(weight, bias, activation, pool, input_hw=shape_in[1:])
+                    step.conv_fn = impl.prepare_fused(weight, bias, activation, pool, input_hw=shape_in[1:])
                     step.result.fused = (f"{activation}+" if activation else "") + f"maxpool{pool}"
                 else:
-                    step.conv_fn = self.impl.prepare(weight, bias, input_hw=shape_in[1:])
+                    step.conv_fn = impl.prepare(weight, bias, input_hw=shape_in[1:])
+            elif isinstance(layer, Dense) and self._dense_bf16:
+                step.dense_bf16 = (self._dense_bf16[f"{prefix}.weight"], self._dense_bf16.get(f"{prefix}.bias"))
             self.steps.append(step)
             i += 1 + step.skip
         if self.device == "cuda":
@@ -163,7 +182,9 @@ class Engine:
         """
         for step in self.steps:
             with self._annotation(step):
-                if step.conv_fn is None:
+                if step.dense_bf16 is not None:
+                    x = F.linear(x.to(torch.bfloat16), *step.dense_bf16).float()
+                elif step.conv_fn is None:
                     x = apply_layer(step.layer, x, self.params, step.prefix)
                 elif not timed:
                     x = step.conv_fn(x)
@@ -173,10 +194,34 @@ class Engine:
                     step.result.op_time_s += watch.seconds
         return x
 
+    def _layer_impl(self, channels: int) -> conv.ConvImpl:
+        """The implementation for a conv layer of ``channels`` input channels. Exact: the engine's one
+        implementation. Fast: layers with several input channels go to the FP16 tensor-core kernel (the
+        compute-bound second layers: 1.9-2.9x the best exact kernel, H200 run 10); one-channel layers keep
+        the exact fused kernels, which already run at 78-106 % of their memory-bound floor."""
+        if self.precision == "fast" and channels > 1:
+            fast = conv.get(FAST_CONV)
+            if fast.unavailable_reason(self.device) is None:
+                return fast
+        return self.impl
+
+    def graphed(self, batch: int) -> "GraphedForward":
+        """The untimed forward for ``batch`` images captured as one CUDA graph (kept per batch size).
+
+        For 10 to 1000 images the pass is launch work: a replay issues every kernel of the network with one
+        launch. The first call per batch size runs the pass uncaptured first (JIT compiling, autotuning,
+        allocator warm-up stay out of the graph), then captures it."""
+        if self.device != "cuda":
+            raise UserError("CUDA graphs need --device cuda")
+        graph = self._graphs.get(batch)
+        if graph is None:
+            graph = self._graphs[batch] = GraphedForward(self, batch)
+        return graph
+
     def _annotation(self, step: _Step):
         if not self.annotate:
             return contextlib.nullcontext()
-        label = (f"conv{step.result.index} [{self.impl.name}]" if step.result else
+        label = (f"conv{step.result.index} [{step.result.impl}]" if step.result else
                  f"{type(step.layer).__name__.lower()} {step.prefix}".strip())
         stack = contextlib.ExitStack()
         stack.enter_context(torch.profiler.record_function(label))
@@ -268,3 +313,39 @@ class Engine:
         torch.cuda.synchronize()
         total = time.perf_counter() - t0
         return self._result(predictions.numpy().copy(), labels, total, streams=streams, chunk=chunk)
+
+
+class GraphedForward:
+    """An engine's untimed forward for one batch size, replayed from a CUDA graph.
+
+    ``__call__(x)`` copies ``x`` into the graph's static input and replays; the logits it returns live in
+    the graph's static output, overwritten by the next replay (clone them to keep them). While it lives, do
+    not call ``torch.cuda.empty_cache()``: that frees the cuBLAS workspaces its matrix products were captured
+    with (seen on an H200: the bf16 dense layers then returned non-finite logits)."""
+
+    def __init__(self, engine: Engine, batch: int):
+        size = engine.network.architecture.input_size
+        self.input = torch.rand((batch, engine.network.architecture.in_channels, size, size), device="cuda") * 255
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.inference_mode(), torch.cuda.stream(side):
+            for _ in range(2):   # compile, autotune and warm the allocator outside the capture
+                engine.forward(self.input, timed=False)
+        torch.cuda.current_stream().wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.inference_mode(), torch.cuda.graph(self.graph):
+            self.output = engine.forward(self.input, timed=False)
+        # Replayed once at once, and checked against the eager pass: on an H200 (torch 2.11), a bf16 dense
+        # graph first replayed only after other graphs were captured returned non-finite logits, and never
+        # did when replayed before them.
+        self.graph.replay()
+        with torch.inference_mode():
+            eager = engine.forward(self.input, timed=False)
+        if not torch.equal(self.output, eager):
+            raise RuntimeError(f"the CUDA graph of {engine.network.name} at batch {batch} does not reproduce the "
+                               "eager forward pass; run without graphs")
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        self.input.copy_(x, non_blocking=True)
+        self.graph.replay()
+        return self.output

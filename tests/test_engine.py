@@ -45,3 +45,43 @@ def test_reference_matches_torch_on_1000_images(data_dir):
     fw = Engine(network, impl="torch", device="cpu").run(subset.images, subset.labels)
     assert ref.correctness == fw.correctness
     assert (ref.predictions != fw.predictions).sum() <= 1
+
+
+def test_precision_is_checked_before_any_work():
+    from convforge.errors import UserError
+    from convforge.models import load_preset
+    network = load_preset("fa17-high")
+    with pytest.raises(UserError, match="unknown precision 'half'"):
+        Engine(network, impl="torch", device="cpu", precision="half")
+    with pytest.raises(UserError, match="needs --device cuda"):
+        Engine(network, impl="torch", device="cpu", precision="fast")
+    with pytest.raises(UserError, match="need --device cuda"):
+        Engine(network, impl="torch", device="cpu").graphed(10)
+
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("name", ["fa17-high", "sp19", "fa20"])
+def test_graphed_and_fast_forward_on_fresh_batches(name):
+    """A CUDA-graph replay gives the eager forward's logits for each new input (not the captured one); the
+    fast path stays within the reduced-precision tolerance of a float64 forward pass."""
+    from convforge.harness.check import relative_error
+    from convforge.models import forward_with
+    network = load_preset(name)
+    size = network.architecture.input_size
+    exact = Engine(network, device="cuda")
+    fast = Engine(network, device="cuda", precision="fast")
+    params64 = {k: v.to("cuda", torch.float64) for k, v in network.params.items()}
+    for batch in (10, 100):
+        graphed, graphed_fast = exact.graphed(batch), fast.graphed(batch)
+        for seed in range(2):
+            g = torch.Generator(device="cuda").manual_seed(seed)
+            x = torch.randint(0, 256, (batch, 1, size, size), generator=g, device="cuda").float()
+            with torch.inference_mode():
+                reference = forward_with(network.architecture, params64, x.double()).cpu().numpy()
+                assert relative_error(graphed(x).clone(), reference) <= 1e-5
+                assert relative_error(exact.forward(x, timed=False), reference) <= 1e-5
+                assert relative_error(graphed_fast(x).clone(), reference) <= 1e-2
