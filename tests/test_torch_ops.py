@@ -1,0 +1,286 @@
+"""convforge inside PyTorch models: the custom ops, Conv2d/patch/optimize, auto's disk cache."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as tnn
+import torch.nn.functional as F
+
+import convforge
+from convforge import torch_ops
+from convforge.nn import Conv2d, optimize, patch
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dispatcher(tmp_path, monkeypatch):
+    """Own cache folder per test, nothing remembered from an earlier test, and on the CPU only the
+    implementations that need no compiling (cpu-parallel's Numba compile would dominate the test time)."""
+    monkeypatch.setenv("CONVFORGE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setitem(torch_ops.CANDIDATES, ("cpu", "conv"), ("cpu-gemm",))
+    monkeypatch.setitem(torch_ops.CANDIDATES, ("cpu", "fused"), ("cpu-gemm",))
+    torch_ops.reset()
+    yield
+    torch_ops.reset()
+
+
+class LeNet5(tnn.Module):
+    """LeNet-5 with bias and padding (conv1 pads 28x28 to keep 28x28, as in the original)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = tnn.Conv2d(1, 6, 5, padding=2)
+        self.act1 = tnn.Tanh()
+        self.pool1 = tnn.MaxPool2d(2)
+        self.conv2 = tnn.Conv2d(6, 16, 5)
+        self.pool2 = tnn.MaxPool2d(2, 2)
+        self.fc1 = tnn.Linear(16 * 5 * 5, 120)
+        self.fc2 = tnn.Linear(120, 10)
+
+    def forward(self, x):
+        x = self.pool1(self.act1(self.conv1(x)))
+        x = self.pool2(F.relu(self.conv2(x)))
+        return self.fc2(torch.tanh(self.fc1(x.flatten(1))))
+
+
+class Block(tnn.Module):
+    """A torchvision-style residual block plus layers convforge must leave to torch."""
+
+    def __init__(self, c=8):
+        super().__init__()
+        self.conv1 = tnn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.bn1 = tnn.BatchNorm2d(c)
+        self.conv2 = tnn.Conv2d(c, c, 3, padding="same")
+        self.down = tnn.Conv2d(c, 2 * c, 1, stride=2)                       # stride: torch
+        self.grouped = tnn.Conv2d(2 * c, 2 * c, 3, padding=1, groups=2)     # groups: torch
+        self.dilated = tnn.Conv2d(2 * c, 2 * c, 3, padding=2, dilation=2)   # dilation: torch
+        self.reflect = tnn.Conv2d(2 * c, 2 * c, 3, padding=1, padding_mode="reflect")
+        self.wide = tnn.Conv2d(2 * c, 4, (1, 3), padding=(0, 1))            # not square: torch
+
+    def forward(self, x):
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = torch.relu(self.conv2(y) + x)
+        y = self.down(y)
+        y = self.reflect(self.dilated(self.grouped(y)))
+        return self.wide(y)
+
+
+def _randomize(model, seed=0):
+    """Fresh non-zero parameters and BatchNorm statistics, so a wrong path shows."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+        for m in model.modules():
+            if isinstance(m, tnn.BatchNorm2d):
+                m.running_mean.copy_(torch.randn(m.num_features, generator=g) * 0.1)
+                m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+    return model.eval()
+
+
+def _rel(a, b):
+    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+
+# ------------------------------------------------------------------------------------------------- ops
+
+@pytest.mark.parametrize("impl", ["torch", "cpu-gemm", "auto"])
+def test_conv2d_op_matches_torch(impl):
+    g = torch.Generator().manual_seed(1)
+    x, w, b = torch.randn(3, 4, 13, 11, generator=g), torch.randn(5, 4, 3, 3, generator=g), torch.randn(5, generator=g)
+    y = torch.ops.convforge.conv2d(x, w, b, [1, 1], [1, 2], impl)
+    assert _rel(y, F.conv2d(x, w, b, 1, (1, 2))) < 1e-5
+
+
+@pytest.mark.parametrize("activation,pool", [("relu", 2), ("tanh", 3), ("sigmoid", 1), ("none", 2)])
+def test_fused_op_matches_torch(activation, pool):
+    g = torch.Generator().manual_seed(2)
+    x, w, b = torch.randn(2, 3, 15, 14, generator=g), torch.randn(4, 3, 5, 5, generator=g), torch.randn(4, generator=g)
+    y = torch.ops.convforge.conv2d_act_pool(x, w, b, [1, 1], [2, 2], activation, pool, "cpu-gemm")
+    ref = torch_ops._ACT_FN[activation](F.conv2d(x, w, b, 1, 2))
+    ref = F.max_pool2d(ref, pool, pool) if pool > 1 else ref
+    assert y.shape == ref.shape and _rel(y, ref) < 1e-5
+
+
+def test_stride_goes_to_torch_under_auto_and_is_refused_by_a_kernel():
+    x, w = torch.randn(1, 2, 9, 9), torch.randn(3, 2, 3, 3)
+    y = torch.ops.convforge.conv2d(x, w, None, [2, 2], [0, 0], "auto")
+    assert _rel(y, F.conv2d(x, w, None, 2)) < 1e-6
+    with pytest.raises(convforge.errors.UserError, match="stride"):
+        torch.ops.convforge.conv2d(x, w, None, [2, 2], [0, 0], "cpu-gemm")
+
+
+@pytest.mark.parametrize("op,args", [
+    ("conv2d", ([1, 1], [1, 1], "cpu-gemm")),
+    ("conv2d_act_pool", ([1, 1], [1, 0], "tanh", 2, "cpu-gemm")),
+])
+def test_opcheck(op, args):
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 3, 10, 9, generator=g, requires_grad=True)
+    w = torch.randn(4, 3, 3, 3, generator=g, requires_grad=True)
+    b = torch.randn(4, generator=g, requires_grad=True)
+    torch.library.opcheck(getattr(torch.ops.convforge, op).default, (x, w, b, *args))
+
+
+def test_gradients_are_torchs():
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(2, 3, 12, 12, generator=g)
+    w, b = torch.randn(6, 3, 5, 5, generator=g), torch.randn(6, generator=g)
+    grads = []
+    for fused in (False, True):
+        for ours in (False, True):
+            xs, ws, bs = (t.clone().requires_grad_() for t in (x, w, b))
+            if fused:
+                y = (torch.ops.convforge.conv2d_act_pool(xs, ws, bs, [1, 1], [1, 1], "relu", 2, "cpu-gemm") if ours
+                     else F.max_pool2d(torch.relu(F.conv2d(xs, ws, bs, 1, 1)), 2))
+            else:
+                y = torch.ops.convforge.conv2d(xs, ws, bs, [1, 1], [1, 1], "cpu-gemm") if ours else F.conv2d(xs, ws, bs, 1, 1)
+            (y * torch.linspace(-1, 1, y.numel()).view_as(y)).sum().backward()
+            grads.append([t.grad for t in (xs, ws, bs)])
+    for theirs, ours in (grads[0:2], grads[2:4]):
+        for a, b_ in zip(ours, theirs):
+            assert _rel(a, b_) < 1e-5
+
+
+# --------------------------------------------------------------------------------------- models
+
+def test_conv2d_module_keeps_state_dict_keys_and_output():
+    ref = tnn.Conv2d(3, 5, 3, padding=1)
+    ours = Conv2d(3, 5, 3, padding=1, impl="cpu-gemm")
+    assert list(ours.state_dict()) == list(ref.state_dict())
+    ours.load_state_dict(ref.state_dict())
+    x = torch.randn(2, 3, 8, 8)
+    assert ours.unserved_reason(x) is None
+    assert _rel(ours(x), ref(x)) < 1e-5
+    assert Conv2d(3, 5, 3, stride=2).unserved_reason() == "stride (2, 2): convforge kernels compute stride 1"
+
+
+def test_patch_lenet_and_block_match_torch_and_report_fallbacks():
+    torch.manual_seed(0)
+    for model, x in ((_randomize(LeNet5()), torch.randn(4, 1, 28, 28)),
+                     (_randomize(Block()), torch.randn(2, 8, 16, 16))):
+        expected = model(x)
+        keys = list(model.state_dict())
+        report = patch(model, impl="auto")
+        assert list(model.state_dict()) == keys
+        assert _rel(model(x), expected) < 1e-4
+    assert {name for name, _ in report.replaced} == {"conv1", "conv2"}
+    reasons = dict(report.left)
+    assert "stride" in reasons["down"] and "groups" in reasons["grouped"]
+    assert "dilation" in reasons["dilated"] and "reflect" in reasons["reflect"]
+    assert "square" in reasons["wide"]
+    assert "left to torch" in str(report)
+
+
+def test_patch_keeps_parameters_shared_and_model_trainable():
+    model = _randomize(LeNet5()).train()
+    params = list(model.parameters())
+    patch(model, impl="cpu-gemm")
+    assert list(model.parameters()) == params and isinstance(model.conv1, Conv2d)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, labels = torch.randn(8, 1, 28, 28), torch.randint(0, 10, (8,))
+    losses = []
+    for _ in range(3):
+        loss = F.cross_entropy(model(x), labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0]   # the updated weights (new versions) are the ones the kernel uses
+    reference = LeNet5()
+    reference.load_state_dict(model.state_dict())
+    assert _rel(model(x), reference.eval()(x)) < 1e-4
+
+
+def test_optimize_fuses_chains_and_matches_torch():
+    model = _randomize(LeNet5())
+    x = torch.randn(3, 1, 28, 28)
+    expected = model(x)
+    gm = optimize(model, impl="auto")
+    report = gm.convforge_report
+    assert [chain for chain, _ in report.fused] == ["conv1 -> act1 -> pool1", "conv2 -> relu -> pool2"]
+    assert list(gm.state_dict()) == list(model.state_dict())
+    assert _rel(gm(x), expected) < 1e-4
+    block = _randomize(Block())
+    xb = torch.randn(2, 8, 16, 16)
+    expected = block(xb)
+    gb = optimize(block, impl="cpu-gemm")
+    assert _rel(gb(xb), expected) < 1e-4
+    assert {n for n, _ in gb.convforge_report.replaced} == {"conv1", "conv2"}
+    assert len(gb.convforge_report.left) == 5
+
+
+def test_fullgraph_compile_has_no_graph_break():
+    model = _randomize(LeNet5())
+    x = torch.randn(2, 1, 28, 28)
+    expected = model(x)
+    patched = optimize(model, impl="cpu-gemm")
+    compiled = torch.compile(patched, fullgraph=True, backend="aot_eager")   # fullgraph: a break raises
+    assert _rel(compiled(x), expected) < 1e-4
+    patch(model, impl="cpu-gemm")
+    assert _rel(torch.compile(model, fullgraph=True, backend="aot_eager")(x), expected) < 1e-4
+
+
+# ------------------------------------------------------------------------------------- dispatcher
+
+def test_auto_records_its_measurement_and_reuses_prepared_kernels(monkeypatch):
+    x, w = torch.randn(2, 3, 12, 12), torch.randn(4, 3, 3, 3)
+    calls = []
+    real = torch_ops._prepare
+    monkeypatch.setattr(torch_ops, "_prepare", lambda *a: calls.append(a[0]) or real(*a))
+    torch.ops.convforge.conv2d(x, w, None, [1, 1], [0, 0], "auto")
+    torch.ops.convforge.conv2d(x, w, None, [1, 1], [0, 0], "cpu-gemm")
+    assert calls == ["cpu-gemm"]   # measured once, then the same prepared kernel serves the named call
+    with torch.no_grad():
+        w.add_(1.0)                # in place: a new version, so the kernel is prepared again
+    y = torch.ops.convforge.conv2d(x, w, None, [1, 1], [0, 0], "cpu-gemm")
+    assert calls == ["cpu-gemm", "cpu-gemm"] and _rel(y, F.conv2d(x, w)) < 1e-5
+    (record,) = json.loads(torch_ops.cache_path().read_text())["choices"].values()
+    assert set(record["times_ms"]) == {"torch", "cpu-gemm"} and record["impl"] in record["times_ms"]
+
+
+_CHILD = textwrap.dedent("""
+    import sys, torch
+    from convforge import torch_ops
+    torch_ops.CANDIDATES[("cpu", "conv")] = ("cpu-gemm",)
+    if sys.argv[1] == "reuse":
+        def refuse(*a):
+            raise SystemExit("measured again although the cache holds the choice")
+        torch_ops.Dispatcher.measure = refuse
+    x, w = torch.randn(2, 3, 12, 12), torch.randn(4, 3, 3, 3)
+    torch.ops.convforge.conv2d(x, w, None, [1, 1], [1, 1], "auto")
+    if sys.argv[1] == "write":
+        for i in range(int(sys.argv[2]), int(sys.argv[2]) + 15):
+            torch_ops._write_cache(torch_ops.cache_path(), f"key {i}", {"impl": "torch"})
+""")
+
+
+def _child(*args, cache):
+    env = {**os.environ, "CONVFORGE_CACHE": str(cache), "PYTHONPATH": str(REPO)}
+    return subprocess.Popen([sys.executable, "-c", _CHILD, *map(str, args)], env=env, cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def test_cache_is_shared_across_processes_and_concurrent_writers_merge(tmp_path):
+    cache = tmp_path / "shared"
+    writers = [_child("write", start, cache=cache) for start in (0, 100)]
+    for p in writers:
+        out, _ = p.communicate(timeout=120)
+        assert p.returncode == 0, out
+    choices = json.loads((cache / torch_ops.CACHE_FILE).read_text())["choices"]
+    assert {f"key {i}" for i in (*range(15), *range(100, 115))} <= set(choices)
+    assert sum(" | op=conv" in k for k in choices) == 1   # both measured the same key; one record kept
+    reader = _child("reuse", cache=cache)
+    out, _ = reader.communicate(timeout=120)
+    assert reader.returncode == 0, out
+
+
+def test_lazy_exports():
+    assert convforge.patch is patch and convforge.optimize is optimize and convforge.nn.Conv2d is Conv2d
