@@ -89,8 +89,19 @@ class Conv2d(torch.nn.Conv2d):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.unserved_reason(x) is not None:
             return super().forward(x)
-        return torch.ops.convforge.conv2d(x, self.weight, self.bias, [1, 1], list(_padding_pair(self)[0]),
-                                          self.impl)
+        padding = list(_padding_pair(self)[0])
+        if self.impl == "auto" and not torch.compiler.is_compiling():
+            # Where auto chose torch for this input shape, call it directly: the custom op's Python
+            # dispatch (tens of microseconds) would otherwise be all that auto adds to cuDNN/oneDNN.
+            memo = self.__dict__.setdefault("_auto_is_torch", {})
+            key = (tuple(x.shape), x.device, torch_ops.dispatcher.generation)
+            if memo.get(key):
+                return super().forward(x)
+            if key not in memo:
+                y = torch.ops.convforge.conv2d(x, self.weight, self.bias, [1, 1], padding, "auto")
+                memo[key] = torch_ops.auto_choice("conv", x, self.weight, self.bias, [1, 1], padding) == "torch"
+                return y
+        return torch.ops.convforge.conv2d(x, self.weight, self.bias, [1, 1], padding, self.impl)
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", impl={self.impl!r}"

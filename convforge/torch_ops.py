@@ -357,14 +357,21 @@ def _timer(device: str) -> Callable[[Callable[[], object]], float]:
     return time_one
 
 
-def _relative_difference(a: torch.Tensor, b: torch.Tensor) -> float:
+def relative_difference(a: torch.Tensor, b: torch.Tensor) -> float:
+    """||a - b|| / ||b|| in float64, a chunk of images at a time (large outputs stay within memory);
+    inf when shapes differ or ``a`` holds NaN/Inf."""
     if a.shape != b.shape:
         return float("inf")
-    a, b = a.double(), b.double()
-    if not torch.isfinite(a).all():
-        return float("inf")
-    norm = b.norm().item()
-    return (a - b).norm().item() / (norm if norm > 0 else 1.0)
+    num = den = 0.0
+    step = max(1, (1 << 24) // max(1, b[0].numel())) if b.dim() else 1
+    for i in range(0, max(1, b.shape[0] if b.dim() else 1), step):
+        x, y = (a[i:i + step], b[i:i + step]) if b.dim() else (a, b)
+        if not torch.isfinite(x).all():
+            return float("inf")
+        x, y = x.double(), y.double()
+        num += float((x - y).square().sum())
+        den += float(y.square().sum())
+    return (num ** 0.5) / (den ** 0.5 if den > 0 else 1.0)
 
 
 class Dispatcher:
@@ -372,7 +379,13 @@ class Dispatcher:
 
     def __init__(self):
         self.choices: dict[str, dict] = {}
+        self.generation = 0   # bumped by clear(), so callers' memos of choices expire with them
         self._lock = threading.RLock()
+
+    def known(self, call: Call, device: torch.device) -> Optional[str]:
+        """The choice already made in this process for ``call``, else None."""
+        record = self.choices.get(f"{machine_key(device)} | {call.key()}")
+        return record["impl"] if record else None
 
     def choose(self, call: Call, x, weight, bias) -> str:
         key = f"{machine_key(x.device)} | {call.key()}"
@@ -410,7 +423,7 @@ class Dispatcher:
                 if impl == "torch":
                     expected = result
                 else:
-                    diff = _relative_difference(result, expected)
+                    diff = relative_difference(result, expected)
                     if not diff <= AGREEMENT:
                         notes[impl] = f"rejected: differs from torch by {diff:.2e}"
                         continue
@@ -428,9 +441,15 @@ class Dispatcher:
     def clear(self) -> None:
         with self._lock:
             self.choices.clear()
+            self.generation += 1
 
 
 dispatcher = Dispatcher()
+
+
+def auto_choice(op: str, x, weight, bias, stride, padding, activation: str = "none", pool: int = 1) -> Optional[str]:
+    """What auto runs for this call in this process (None before its first call)."""
+    return dispatcher.known(_call_of(op, x, weight, bias, stride, padding, activation, pool), x.device)
 
 
 def forward(call: Call, x, weight, bias, impl: str) -> torch.Tensor:

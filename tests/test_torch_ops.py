@@ -284,3 +284,13 @@ def test_cache_is_shared_across_processes_and_concurrent_writers_merge(tmp_path)
 
 def test_lazy_exports():
     assert convforge.patch is patch and convforge.optimize is optimize and convforge.nn.Conv2d is Conv2d
+
+
+def test_conv2d_module_calls_torch_directly_where_auto_chose_torch(monkeypatch):
+    conv = Conv2d(3, 4, 3, padding=1)
+    x = torch.randn(2, 3, 9, 9)
+    monkeypatch.setitem(torch_ops.CANDIDATES, ("cpu", "conv"), ())   # torch is then auto's only choice
+    first = conv(x)
+    assert torch_ops.auto_choice("conv", x, conv.weight, conv.bias, [1, 1], [1, 1]) == "torch"
+    monkeypatch.setattr(torch_ops, "forward", lambda *a: pytest.fail("the op ran although auto chose torch"))
+    assert torch.equal(conv(x), first)
