@@ -204,8 +204,12 @@ def optimize(model: torch.nn.Module, impl: str = "auto") -> torch.nn.Module:
     changed. A model fx cannot trace is patched in place instead (the report says why nothing was fused)."""
     import torch.fx
 
+    class Tracer(torch.fx.Tracer):
+        def is_leaf_module(self, m, qualname):   # our Conv2d's forward branches on the input: keep it whole
+            return isinstance(m, Conv2d) or super().is_leaf_module(m, qualname)
+
     try:
-        gm = torch.fx.symbolic_trace(model)
+        gm = torch.fx.GraphModule(model, Tracer().trace(model), type(model).__name__)
     except Exception as exc:   # data-dependent control flow etc.: patching still applies
         report = patch(model, impl)
         report.left.append(("(fusion)", f"torch.fx could not trace the model ({type(exc).__name__}); "

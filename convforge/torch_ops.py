@@ -409,7 +409,8 @@ class Dispatcher:
         notes: dict[str, str] = {}
         with torch.no_grad():
             expected = None
-            for impl in candidates(call):
+            names = candidates(call)
+            for impl in names:
                 if impl != "torch" and time.perf_counter() - start > budget:
                     notes[impl] = "not measured: budget spent"
                     continue
@@ -430,7 +431,7 @@ class Dispatcher:
                 samples = [time_one(lambda: fn(x))]
                 # Up to 7 more runs, as the remaining budget allows, shared among the candidates left.
                 left = max(0.0, budget - (time.perf_counter() - start))
-                extra = int(min(7, left / max(samples[0], 1e-6) / max(1, len(candidates(call)))))
+                extra = int(min(7, left / max(samples[0], 1e-6) / len(names)))
                 samples += [time_one(lambda: fn(x)) for _ in range(extra)]
                 times[impl] = statistics.median(samples)
         best = min(times, key=times.get)

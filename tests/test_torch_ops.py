@@ -217,6 +217,30 @@ def test_optimize_fuses_chains_and_matches_torch():
     assert len(gb.convforge_report.left) == 5
 
 
+def test_optimize_fuses_a_patched_model_and_patches_an_untraceable_one():
+    model = _randomize(LeNet5())
+    x = torch.randn(2, 1, 28, 28)
+    expected = model(x)
+    patch(model, impl="cpu-gemm")
+    gm = optimize(model, impl="cpu-gemm")
+    assert len(gm.convforge_report.fused) == 2 and _rel(gm(x), expected) < 1e-4
+
+    class Branchy(tnn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = tnn.Conv2d(2, 3, 3)
+
+        def forward(self, x):
+            return self.conv(x) if x.sum() > 0 else -self.conv(x)   # data-dependent: fx cannot trace it
+
+    branchy = _randomize(Branchy())
+    xb = torch.rand(1, 2, 6, 6)
+    expected = branchy(xb)
+    same = optimize(branchy, impl="cpu-gemm")
+    assert same is branchy and isinstance(branchy.conv, Conv2d) and _rel(branchy(xb), expected) < 1e-5
+    assert "could not trace" in str(same.convforge_report)
+
+
 def test_fullgraph_compile_has_no_graph_break():
     model = _randomize(LeNet5())
     x = torch.randn(2, 1, 28, 28)
@@ -294,3 +318,69 @@ def test_conv2d_module_calls_torch_directly_where_auto_chose_torch(monkeypatch):
     assert torch_ops.auto_choice("conv", x, conv.weight, conv.bias, [1, 1], [1, 1]) == "torch"
     monkeypatch.setattr(torch_ops, "forward", lambda *a: pytest.fail("the op ran although auto chose torch"))
     assert torch.equal(conv(x), first)
+
+
+# ------------------------------------------------------------------------------------------ on a GPU
+
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@pytest.fixture()
+def gpu_candidates(monkeypatch):
+    """The shipped GPU candidates (the autouse fixture only narrows the CPU ones), cuDNN exact fp32."""
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+
+
+@needs_gpu
+@pytest.mark.gpu
+def test_gpu_patched_and_optimized_models_match_torch(gpu_candidates):
+    for model, x in ((_randomize(LeNet5()), torch.randn(64, 1, 28, 28)),
+                     (_randomize(Block()), torch.randn(8, 8, 16, 16))):
+        model, x = model.cuda(), x.cuda()
+        with torch.no_grad():
+            expected = model(x)
+            gm = optimize(model)
+            assert _rel(gm(x), expected) < 1e-4
+            patch(model)
+            assert _rel(model(x), expected) < 1e-4
+    assert all(r["impl"] in r["times_ms"] and "torch" in r["times_ms"] for r in torch_ops.dispatcher.choices.values())
+    assert all(torch.cuda.get_device_name() in key for key in torch_ops.dispatcher.choices)
+
+
+@needs_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("impl", ["cuda-fused-gemm", "triton-direct"])
+def test_gpu_kernels_through_the_op_with_padding_and_bias(impl, gpu_candidates):
+    pytest.importorskip("cupy" if impl.startswith("cuda") else "triton")
+    g = torch.Generator(device="cuda").manual_seed(5)
+    x = torch.randn(5, 6, 21, 19, device="cuda", generator=g)
+    w, b = torch.randn(7, 6, 5, 5, device="cuda", generator=g), torch.randn(7, device="cuda", generator=g)
+    y = torch.ops.convforge.conv2d(x, w, b, [1, 1], [2, 1], impl)
+    assert _rel(y, F.conv2d(x, w, b, 1, (2, 1))) < 1e-5
+    y = torch.ops.convforge.conv2d_act_pool(x, w, b, [1, 1], [2, 2], "relu", 2, impl)
+    assert _rel(y, F.max_pool2d(torch.relu(F.conv2d(x, w, b, 1, 2)), 2)) < 1e-5
+
+
+@needs_gpu
+@pytest.mark.gpu
+def test_gpu_new_weight_of_a_known_shape_compiles_nothing(gpu_candidates):
+    pytest.importorskip("cupy")
+    from convforge.conv import cuda_common
+    x = torch.randn(4, 6, 20, 20, device="cuda")
+    w1, w2 = torch.randn(8, 6, 5, 5, device="cuda"), torch.randn(8, 6, 5, 5, device="cuda")
+    torch.ops.convforge.conv2d(x, w1, None, [1, 1], [0, 0], "cuda-fused-gemm")
+    compiled = len(cuda_common._kernels)
+    y = torch.ops.convforge.conv2d(x, w2, None, [1, 1], [0, 0], "cuda-fused-gemm")
+    assert len(cuda_common._kernels) == compiled and _rel(y, F.conv2d(x, w2)) < 1e-5
+
+
+@needs_gpu
+@pytest.mark.gpu
+def test_gpu_fullgraph_inductor_compile(gpu_candidates):
+    model = _randomize(LeNet5()).cuda()
+    x = torch.randn(32, 1, 28, 28, device="cuda")
+    with torch.no_grad():
+        expected = model(x)
+        compiled = torch.compile(optimize(model), fullgraph=True)
+        assert _rel(compiled(x), expected) < 1e-4
