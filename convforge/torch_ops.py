@@ -26,19 +26,23 @@ merge under a lock file, then an atomic rename). Measuring stops once ``CONVFORG
 runs out early falls back to torch. A compile already under way is not interrupted, so a first compile of
 a kernel can overrun the budget once (CuPy's and Triton's disk caches make it cheap in later processes).
 
-Per-weight compilation: candidates are only implementations whose compiled kernel takes the weights as a
-run-time argument, so one compile per shape serves every weight of that shape (a new weight, or a weight
-changed in place by an optimizer step, costs only a re-pack: prepared functions are cached by implementation,
-shape and the weight's identity and version counter). Left out for that reason: cuda-direct (weights in each
-layer's own constant-bank module), cuda-auto (may delegate to it), cuda-fused-layer on one input channel (its
-cuda-direct design), and triton-direct / triton-fused-layer where their weights are baked into the code
-(``triton_common.can_bake``: the one-channel layers). Reduced-precision kernels (TF32, FP16) are never
-``auto`` candidates: the ops promise fp32 results. Naming an implementation (``impl="cuda-direct"``) uses it
-regardless, at its own costs.
+Per-weight compilation: the ops run kernels only with the weights as a run-time argument, so one compile
+per shape serves every weight of that shape (a new weight, or a weight changed in place by an optimizer
+step, costs only a re-pack: prepared functions are cached by implementation, shape and the weight's identity
+and version counter). Where an implementation's default would compile the weights into the code, the op
+passes the module the config that does not: triton-direct and triton-fused-layer with ``baked=False`` on the
+one-channel layers (``triton_common.can_bake``), cuda-fused-layer's regtile design instead of its
+one-channel cuda-direct design (``runtime_weight_config``). cuda-direct (each layer's weights in its own
+constant-bank module) and cuda-auto (may delegate to it) are therefore never ``auto`` candidates; naming
+them (``impl="cuda-direct"``) uses them at their own costs. Reduced-precision kernels (TF32, FP16) are never
+``auto`` candidates either: the ops promise fp32 results. A kernel is chosen only when it beats torch by
+3 % in the measurement (``MARGIN``), so a near tie stays with torch.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import importlib.metadata
 import json
 import os
@@ -61,6 +65,7 @@ CACHE_FILE = "auto_choices.json"
 CACHE_VERSION = 1
 BUDGET_ENV = "CONVFORGE_AUTO_BUDGET_S"
 DEFAULT_BUDGET_S = 2.0
+MARGIN = 0.97      # a kernel must beat torch by 3 % in auto's measurement to be chosen
 AGREEMENT = 1e-4   # a candidate whose output differs from torch's by more than this (relative) is rejected
 
 # auto's candidates besides torch, per device and op (exact fp32, weights at run time; see the module doc).
@@ -166,16 +171,22 @@ def torch_forward(call: Call, x, weight, bias) -> torch.Tensor:
 
 # ------------------------------------------------------------------------------------ kernel candidates
 
-def compiles_per_weight(impl: str, call: Call) -> bool:
-    """Whether preparing ``impl`` for a new weight compiles code again (see the module doc)."""
-    if impl in ("cuda-direct", "cuda-auto"):
-        return True
-    if impl == "cuda-fused-layer" and call.op == "fused":
-        return call.C == 1   # its one-channel design is cuda-direct's constant-bank kernel
+PER_WEIGHT_COMPILERS = ("cuda-direct", "cuda-auto")   # weights in a per-layer constant-bank module
+
+
+def runtime_weight_config(impl: str, call: Call):
+    """The launch config that keeps the weights a run-time kernel argument where ``impl``'s default for
+    this shape would compile them into the code; None where the default already does (see the module doc)."""
+    if impl == "cuda-fused-layer" and call.op == "fused" and call.C == 1:
+        return {"kernel": "regtile"}   # its default one-channel design is cuda-direct's constant bank
     if impl in ("triton-direct", "triton-fused-layer"):
         from convforge.conv import triton_common
-        return triton_common.can_bake(call.C, call.KH)
-    return False
+        if triton_common.can_bake(call.C, call.KH):   # the default bakes weights into the code here
+            module = importlib.import_module(f"convforge.conv.{impl.replace('-', '_')}")
+            cfg = module.choose_config(call.M, call.C, call.KH) if impl == "triton-direct" else \
+                module.choose_config(call.M, call.C, call.KH, call.pool)
+            return dataclasses.replace(cfg, baked=False)
+    return None
 
 
 def candidates(call: Call) -> list[str]:
@@ -187,7 +198,7 @@ def candidates(call: Call) -> list[str]:
         return ["torch"]
     from convforge import conv
     names = [n for n in CANDIDATES.get((call.device, call.op), ())
-             if conv.get(n).unavailable_reason(call.device) is None and not compiles_per_weight(n, call)]
+             if conv.get(n).unavailable_reason(call.device) is None and n not in PER_WEIGHT_COMPILERS]
     return ["torch"] + names
 
 
@@ -239,8 +250,14 @@ def _prepare(impl: str, call: Call, weight, bias) -> Callable:
     weight = weight.detach().contiguous()
     bias = bias.detach().contiguous() if bias is not None else None
     fuse_in_kernel = call.op == "fused" and entry.fuses and (call.activation != "none" or call.pool > 1)
-    if fuse_in_kernel:
-        kernel = entry.prepare_fused(weight, bias, None if call.activation == "none" else call.activation, call.pool)
+    activation = None if call.activation == "none" else call.activation
+    config = runtime_weight_config(impl, call if fuse_in_kernel else dataclasses.replace(call, op="conv"))
+    if config is not None:   # the module's own prepare takes the config the registry entry does not pass on
+        module = importlib.import_module(f"convforge.conv.{entry.module}")
+        kernel = module.prepare_fused(weight, bias, activation, call.pool, config=config) if fuse_in_kernel \
+            else module.prepare(weight, bias, config=config)
+    elif fuse_in_kernel:
+        kernel = entry.prepare_fused(weight, bias, activation, call.pool)
     else:
         kernel = entry.prepare(weight, bias)
     ph, pw = call.padding
@@ -435,6 +452,8 @@ class Dispatcher:
                 samples += [time_one(lambda: fn(x)) for _ in range(extra)]
                 times[impl] = statistics.median(samples)
         best = min(times, key=times.get)
+        if times[best] > MARGIN * times["torch"]:
+            best = "torch"   # a tie within timing noise goes to torch: auto must not lose to it on a re-run
         return {"impl": best, "times_ms": {k: round(v * 1e3, 5) for k, v in times.items()}, "notes": notes,
                 "measured_s": round(time.perf_counter() - start, 3),
                 "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}

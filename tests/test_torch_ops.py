@@ -1,5 +1,6 @@
 """convforge inside PyTorch models: the custom ops, Conv2d/patch/optimize, auto's disk cache."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -304,6 +305,38 @@ def test_cache_is_shared_across_processes_and_concurrent_writers_merge(tmp_path)
     reader = _child("reuse", cache=cache)
     out, _ = reader.communicate(timeout=120)
     assert reader.returncode == 0, out
+
+
+def test_auto_never_compiles_weights_into_code(monkeypatch):
+    from convforge import conv
+    from convforge.conv import cuda_direct  # noqa: F401  (module docs: weights in a constant bank)
+    one_channel = torch_ops.Call("fused", "cuda", 10000, 1, 28, 28, 50, 5, 5, (1, 1), (0, 0), True, "float32", "tanh", 2)
+    many = torch_ops.Call("conv", "cuda", 8, 16, 28, 28, 32, 5, 5, (1, 1), (0, 0), True, "float32")
+    for impl in ("triton-direct", "triton-fused-layer"):
+        cfg = torch_ops.runtime_weight_config(impl, one_channel)
+        assert cfg is not None and cfg.baked is False
+        assert torch_ops.runtime_weight_config(impl, many) is None   # its default already loads the weights
+    assert torch_ops.runtime_weight_config("cuda-fused-layer", one_channel) == {"kernel": "regtile"}
+    monkeypatch.setattr(conv.ConvImpl, "unavailable_reason", lambda self, device: None)   # as on a GPU machine
+    for call in (one_channel, many):
+        names = torch_ops.candidates(call)
+        assert names[0] == "torch" and len(names) > 1
+        assert not set(names) & {"cuda-direct", "cuda-auto", "cuda-tc-tf32", "cuda-tc-fp16", "triton-gemm-tf32"}
+    big = dataclasses.replace(many, C=128, KH=9, KW=9)
+    assert torch_ops.candidates(big) == ["torch"]   # outside the kernels' envelope
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the GPU tests run these kernels through the op")
+def test_unbaked_triton_configs_compute_the_layer_in_the_interpreter():
+    pytest.importorskip("triton")
+    from convforge.conv import triton_direct, triton_fused_layer
+    g = torch.Generator().manual_seed(6)
+    x, w, b = torch.randn(2, 1, 12, 11, generator=g), torch.randn(5, 1, 3, 3, generator=g), torch.randn(5, generator=g)
+    call = torch_ops.Call("fused", "cuda", 2, 1, 12, 11, 5, 3, 3, (1, 1), (0, 0), True, "float32", "relu", 2)
+    y = triton_direct.prepare(w, b, config=torch_ops.runtime_weight_config("triton-direct", call))(x)
+    assert _rel(y, F.conv2d(x, w, b)) < 1e-5
+    y = triton_fused_layer.prepare_fused(w, b, "relu", 2, config=torch_ops.runtime_weight_config("triton-fused-layer", call))(x)
+    assert _rel(y, F.max_pool2d(torch.relu(F.conv2d(x, w, b)), 2)) < 1e-5
 
 
 def test_lazy_exports():
