@@ -166,7 +166,7 @@ def torch_forward(call: Call, x, weight, bias) -> torch.Tensor:
         y = _ACT_FN[call.activation](y)
         if call.pool > 1:
             y = F.max_pool2d(y, call.pool, call.pool)
-    return y
+    return y.contiguous()   # the ops always return NCHW-contiguous results, as their fake implementations say
 
 
 # ------------------------------------------------------------------------------------ kernel candidates
@@ -220,8 +220,9 @@ class _Prepared:
         return t.data_ptr(), version
 
     def get(self, impl: str, call: Call, weight, bias) -> Callable:
-        key = (impl, call.op, call.device, call.M, call.C, call.KH, call.activation, call.pool,
-               weight.data_ptr(), None if bias is None else bias.data_ptr())
+        # Everything _prepare bakes into the function except the input size, which the kernels handle.
+        key = (impl, call.op, call.device, call.M, call.C, call.KH, call.KW, call.padding, call.activation,
+               call.pool, weight.data_ptr(), None if bias is None else bias.data_ptr())
         stamp = (self._identity(weight), self._identity(bias))
         with self._lock:
             entry = self._entries.get(key)
@@ -265,7 +266,7 @@ def _prepare(impl: str, call: Call, weight, bias) -> Callable:
 
     def run(x: torch.Tensor) -> torch.Tensor:
         x = x.detach()
-        x = F.pad(x, (pw, pw, ph, ph)) if ph or pw else x.contiguous()
+        x = (F.pad(x, (pw, pw, ph, ph)) if ph or pw else x).contiguous()
         y = kernel(x)
         if call.op == "fused" and not fuse_in_kernel:
             y = act(y)

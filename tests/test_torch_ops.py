@@ -110,6 +110,14 @@ def test_fused_op_matches_torch(activation, pool):
     assert y.shape == ref.shape and _rel(y, ref) < 1e-5
 
 
+def test_channels_last_input_gives_the_contiguous_result_the_fake_promises():
+    x = torch.randn(2, 3, 8, 8).to(memory_format=torch.channels_last)
+    w = torch.randn(4, 3, 3, 3)
+    for impl in ("torch", "cpu-gemm"):
+        y = torch.ops.convforge.conv2d(x, w, None, [1, 1], [1, 1], impl)
+        assert y.is_contiguous() and _rel(y, F.conv2d(x, w, None, 1, 1)) < 1e-5
+
+
 def test_stride_goes_to_torch_under_auto_and_is_refused_by_a_kernel():
     x, w = torch.randn(1, 2, 9, 9), torch.randn(3, 2, 3, 3)
     y = torch.ops.convforge.conv2d(x, w, None, [2, 2], [0, 0], "auto")
@@ -267,6 +275,8 @@ def test_auto_records_its_measurement_and_reuses_prepared_kernels(monkeypatch):
         w.add_(1.0)                # in place: a new version, so the kernel is prepared again
     y = torch.ops.convforge.conv2d(x, w, None, [1, 1], [0, 0], "cpu-gemm")
     assert calls == ["cpu-gemm", "cpu-gemm"] and _rel(y, F.conv2d(x, w)) < 1e-5
+    y = torch.ops.convforge.conv2d(x, w, None, [1, 1], [2, 1], "cpu-gemm")   # same weight, other padding
+    assert _rel(y, F.conv2d(x, w, None, 1, (2, 1))) < 1e-5
     (record,) = json.loads(torch_ops.cache_path().read_text())["choices"].values()
     assert set(record["times_ms"]) == {"torch", "cpu-gemm"} and record["impl"] in record["times_ms"]
 
