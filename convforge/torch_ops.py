@@ -432,17 +432,19 @@ class Dispatcher:
                 if impl != "torch" and time.perf_counter() - start > budget:
                     notes[impl] = "not measured: budget spent"
                     continue
-                try:
-                    fn = (lambda t: torch_forward(call, t, weight, bias)) if impl == "torch" else \
-                        _prepared.get(impl, call, weight, bias)
-                    result = fn(x)                       # warm-up: compiles, cuDNN algorithm search
-                except Exception as exc:                 # a kernel that cannot take this shape: not a candidate
-                    notes[impl] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
-                    continue
-                if impl == "torch":
-                    expected = result
+                if impl == "torch":   # the baseline: its errors (out of memory, ...) are the caller's
+                    fn = lambda t: torch_forward(call, t, weight, bias)  # noqa: E731
+                    expected = fn(x)                     # warm-up: cuDNN's algorithm search
                 else:
+                    try:
+                        fn = _prepared.get(impl, call, weight, bias)
+                        result = fn(x)                   # warm-up: compiles
+                    except Exception as exc:             # a kernel that cannot take this shape: not a candidate
+                        first_line = str(exc).splitlines()[0][:160] if str(exc) else ""
+                        notes[impl] = f"failed: {type(exc).__name__}: {first_line}"
+                        continue
                     diff = relative_difference(result, expected)
+                    del result
                     if not diff <= AGREEMENT:
                         notes[impl] = f"rejected: differs from torch by {diff:.2e}"
                         continue

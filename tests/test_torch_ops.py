@@ -319,7 +319,6 @@ def test_cache_is_shared_across_processes_and_concurrent_writers_merge(tmp_path)
 
 def test_auto_never_compiles_weights_into_code(monkeypatch):
     from convforge import conv
-    from convforge.conv import cuda_direct  # noqa: F401  (module docs: weights in a constant bank)
     one_channel = torch_ops.Call("fused", "cuda", 10000, 1, 28, 28, 50, 5, 5, (1, 1), (0, 0), True, "float32", "tanh", 2)
     many = torch_ops.Call("conv", "cuda", 8, 16, 28, 28, 32, 5, 5, (1, 1), (0, 0), True, "float32")
     for impl in ("triton-direct", "triton-fused-layer"):
