@@ -132,10 +132,17 @@ def _describe(conv: torch.nn.Conv2d) -> str:
 def patch(model: torch.nn.Module, impl: str = "auto") -> Report:
     """Swap, in place, every ``nn.Conv2d`` of ``model`` that convforge can serve; returns the report."""
     report = Report()
-    for name, module in list(model.named_modules()):
+    swapped: dict[int, tuple[str, Conv2d]] = {}   # a module registered under several names is swapped once
+    for name, module in list(model.named_modules(remove_duplicate=False)):
         if not isinstance(module, torch.nn.Conv2d):
             continue
         label = name or "(the model itself)"
+        if id(module) in swapped:
+            first, new = swapped[id(module)]
+            parent_name, _, attr = name.rpartition(".")
+            setattr(model.get_submodule(parent_name), attr, new)
+            report.replaced.append((name, f"the same module as {first}"))
+            continue
         if isinstance(module, Conv2d):
             module.impl = impl
             report.replaced.append((label, f"already convforge.nn.Conv2d, impl={impl!r}"))
@@ -150,7 +157,9 @@ def patch(model: torch.nn.Module, impl: str = "auto") -> Report:
             report.left.append((label, reason))
             continue
         parent_name, _, attr = name.rpartition(".")
-        setattr(model.get_submodule(parent_name), attr, Conv2d.from_torch(module, impl))
+        new = Conv2d.from_torch(module, impl)
+        swapped[id(module)] = (name, new)
+        setattr(model.get_submodule(parent_name), attr, new)
         report.replaced.append((name, f"{_describe(module)} -> convforge::conv2d impl={impl!r}"))
     return report
 

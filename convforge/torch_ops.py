@@ -396,27 +396,33 @@ class Dispatcher:
     """auto's choices: in memory, backed by the shared disk cache, measured on first use."""
 
     def __init__(self):
-        self.choices: dict[str, dict] = {}
+        self.choices: dict[str, dict] = {}   # machine key | call key -> record, as in the disk cache
+        self._fast: dict = {}                 # (Call, device) -> impl
         self.generation = 0   # bumped by clear(), so callers' memos of choices expire with them
         self._lock = threading.RLock()
 
     def known(self, call: Call, device: torch.device) -> Optional[str]:
         """The choice already made in this process for ``call``, else None."""
-        record = self.choices.get(f"{machine_key(device)} | {call.key()}")
-        return record["impl"] if record else None
+        impl = self._fast.get((call, device))
+        if impl is None:
+            record = self.choices.get(f"{machine_key(device)} | {call.key()}")
+            impl = record["impl"] if record else None
+        return impl
 
     def choose(self, call: Call, x, weight, bias) -> str:
+        impl = self._fast.get((call, x.device))   # every call after the first: one dict lookup
+        if impl is not None:
+            return impl
         key = f"{machine_key(x.device)} | {call.key()}"
-        record = self.choices.get(key)
-        if record is None:
-            with self._lock:
-                record = self.choices.get(key)
-                if record is None:
-                    record = _read_cache(cache_path()).get(key)
-                    if record is None or record.get("impl") not in candidates(call):
-                        record = self.measure(call, x, weight, bias)
-                        _write_cache(cache_path(), key, record)
-                    self.choices[key] = record
+        with self._lock:
+            record = self.choices.get(key)
+            if record is None:
+                record = _read_cache(cache_path()).get(key)
+                if record is None or record.get("impl") not in candidates(call):
+                    record = self.measure(call, x, weight, bias)
+                    _write_cache(cache_path(), key, record)
+                self.choices[key] = record
+            self._fast[(call, x.device)] = record["impl"]
         return record["impl"]
 
     def measure(self, call: Call, x, weight, bias) -> dict:
@@ -464,6 +470,7 @@ class Dispatcher:
     def clear(self) -> None:
         with self._lock:
             self.choices.clear()
+            self._fast.clear()
             self.generation += 1
 
 

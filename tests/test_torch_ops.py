@@ -188,6 +188,16 @@ def test_patch_lenet_and_block_match_torch_and_report_fallbacks():
     assert "left to torch" in str(report)
 
 
+def test_patch_swaps_a_module_registered_twice_once():
+    conv = tnn.Conv2d(3, 3, 3, padding=1)
+    model = tnn.Sequential(conv, tnn.ReLU(), conv)
+    x = torch.randn(1, 3, 6, 6)
+    expected = model(x)
+    report = patch(model, impl="cpu-gemm")
+    assert model[0] is model[2] and isinstance(model[0], Conv2d)
+    assert [n for n, _ in report.replaced] == ["0", "2"] and _rel(model(x), expected) < 1e-5
+
+
 def test_patch_keeps_parameters_shared_and_model_trainable():
     model = _randomize(LeNet5()).train()
     params = list(model.parameters())
