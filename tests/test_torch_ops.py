@@ -126,8 +126,19 @@ def test_stride_goes_to_torch_under_auto_and_is_refused_by_a_kernel():
         torch.ops.convforge.conv2d(x, w, None, [2, 2], [0, 0], "cpu-gemm")
 
 
+def test_bad_arguments_are_one_line_user_errors():
+    x, w = torch.randn(1, 2, 6, 6), torch.randn(3, 2, 3, 3)
+    with pytest.raises(convforge.errors.UserError, match="unknown activation 'gelu'"):
+        torch.ops.convforge.conv2d_act_pool(x, w, None, [1, 1], [0, 0], "gelu", 2, "auto")
+    with pytest.raises(convforge.errors.UserError, match="has 2 channels but the weight expects 4"):
+        torch.ops.convforge.conv2d(x, torch.randn(3, 4, 3, 3), None, [1, 1], [0, 0], "auto")
+    with pytest.raises(convforge.errors.UserError, match="unknown implementation 'nope'"):
+        torch.ops.convforge.conv2d(x, w, None, [1, 1], [0, 0], "nope")
+
+
 @pytest.mark.parametrize("op,args", [
     ("conv2d", ([1, 1], [1, 1], "cpu-gemm")),
+    ("conv2d", ([1, 1], [0, 2], "auto")),
     ("conv2d_act_pool", ([1, 1], [1, 0], "tanh", 2, "cpu-gemm")),
 ])
 def test_opcheck(op, args):
@@ -267,7 +278,8 @@ def test_fullgraph_compile_has_no_graph_break():
     patched = optimize(model, impl="cpu-gemm")
     compiled = torch.compile(patched, fullgraph=True, backend="aot_eager")   # fullgraph: a break raises
     assert _rel(compiled(x), expected) < 1e-4
-    patch(model, impl="cpu-gemm")
+    patch(model)   # auto: Conv2d's eager shortcut to torch must not break the graph either
+    model(x)
     assert _rel(torch.compile(model, fullgraph=True, backend="aot_eager")(x), expected) < 1e-4
 
 
