@@ -187,6 +187,8 @@ def _pool_size(node, modules) -> Optional[int]:
     if node.op == "call_module" and type(modules[node.target]) is torch.nn.MaxPool2d:
         p = modules[node.target]
         k, s = p.kernel_size, p.stride if p.stride is not None else p.kernel_size
+        if isinstance(k, tuple) and len(k) == 2 and k[0] == k[1]:
+            k = k[0]
         if (isinstance(k, int) and s in (k, (k, k)) and p.padding in (0, (0, 0)) and p.dilation in (1, (1, 1))
                 and not p.ceil_mode and not p.return_indices):
             return k

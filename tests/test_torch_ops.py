@@ -41,7 +41,7 @@ class LeNet5(tnn.Module):
         self.act1 = tnn.Tanh()
         self.pool1 = tnn.MaxPool2d(2)
         self.conv2 = tnn.Conv2d(6, 16, 5)
-        self.pool2 = tnn.MaxPool2d(2, 2)
+        self.pool2 = tnn.MaxPool2d((2, 2), 2)
         self.fc1 = tnn.Linear(16 * 5 * 5, 120)
         self.fc2 = tnn.Linear(120, 10)
 
