@@ -227,7 +227,7 @@ def optimize(model: torch.nn.Module, impl: str = "auto") -> torch.nn.Module:
                                         "its convolutions were patched, no chain fused"))
         model.convforge_report = report
         return model
-    modules = dict(gm.named_modules())
+    modules = dict(gm.named_modules(remove_duplicate=False))   # a module may be called under several names
     report = Report()
     for node in list(gm.graph.nodes):
         if node.op != "call_module" or type(modules.get(node.target)) not in (torch.nn.Conv2d, Conv2d):
