@@ -1,0 +1,595 @@
+"""convforge inside PyTorch: the custom ops, the measuring ``auto`` dispatcher and its disk cache.
+
+Ops (registered with ``torch.library.custom_op`` when this module is imported):
+
+    torch.ops.convforge.conv2d(x, weight, bias, stride, padding, impl="auto")
+    torch.ops.convforge.conv2d_act_pool(x, weight, bias, stride, padding, activation, pool, impl="auto")
+
+``conv2d`` is F.conv2d (float32, zero padding, no dilation, one group); ``conv2d_act_pool`` is
+max_pool2d(act(F.conv2d(...)), pool, pool) with act in none/relu/tanh/sigmoid. Forward runs a convforge
+kernel from the registry (or torch, see below); backward is always torch's own convolution gradients
+(``torch.nn.grad``, and for the fused op a recomputation of the conv in torch to route the pooling and
+activation gradients), so a model using the ops stays trainable. Both ops have fake (meta)
+implementations, so ``torch.compile(..., fullgraph=True)`` traces them without a graph break.
+
+What the kernels serve: stride 1, square kernels, float32, CPU or CUDA. Zero padding is served by F.pad
+followed by the kernel (its cost is part of what ``auto`` measures). Anything else (stride, non-square
+kernels, other dtypes) runs in torch: ``auto`` picks torch, a named implementation raises a UserError.
+
+``impl="auto"``: per call signature (batch, channels, image, maps, kernel, padding, bias, activation, pool)
+and machine (device, GPU or CPU name, torch/triton/cupy/convforge versions) the dispatcher measures
+torch (cuDNN or oneDNN) and the convforge candidates at first use, keeps the fastest whose output agrees
+with torch's (relative error <= 1e-4), and remembers it in memory and in a JSON file under the user cache
+folder (``$CONVFORGE_CACHE``, else ~/.cache/convforge; ``auto_choices.json``), shared by processes (writes
+merge under a lock file, then an atomic rename). Measuring stops once ``CONVFORGE_AUTO_BUDGET_S`` (default
+2) seconds of one-time work are spent on a shape; torch is always measured first, so a shape whose budget
+runs out early falls back to torch. A compile already under way is not interrupted, so a first compile of
+a kernel can overrun the budget once (CuPy's and Triton's disk caches make it cheap in later processes).
+
+Per-weight compilation: the ops run kernels only with the weights as a run-time argument, so one compile
+per shape serves every weight of that shape (a new weight, or a weight changed in place by an optimizer
+step, costs only a re-pack: prepared functions are cached by implementation, shape and the weight's identity
+and version counter). Where an implementation's default would compile the weights into the code, the op
+passes the module the config that does not: triton-direct and triton-fused-layer with ``baked=False`` on the
+one-channel layers (``triton_common.can_bake``), cuda-fused-layer's regtile design instead of its
+one-channel cuda-direct design (``runtime_weight_config``). cuda-direct (each layer's weights in its own
+constant-bank module) and cuda-auto (may delegate to it) are therefore never ``auto`` candidates; naming
+them (``impl="cuda-direct"``) uses them at their own costs. Reduced-precision kernels (TF32, FP16) are never
+``auto`` candidates either: the ops promise fp32 results. A kernel is chosen only when it beats torch by
+3 % in the measurement (``MARGIN``), so a near tie stays with torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.metadata
+import json
+import os
+import platform
+import statistics
+import threading
+import time
+import weakref
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from convforge.errors import UserError
+
+ACTIVATIONS = ("none", "relu", "tanh", "sigmoid")
+CACHE_FILE = "auto_choices.json"
+CACHE_VERSION = 1
+BUDGET_ENV = "CONVFORGE_AUTO_BUDGET_S"
+DEFAULT_BUDGET_S = 2.0
+MARGIN = 0.97      # a kernel must beat torch by 3 % in auto's measurement to be chosen
+AGREEMENT = 1e-4   # a candidate whose output differs from torch's by more than this (relative) is rejected
+
+# auto's candidates besides torch, per device and op (exact fp32, weights at run time; see the module doc).
+CANDIDATES = {
+    ("cuda", "conv"): ("cuda-fused-gemm", "triton-direct"),
+    ("cuda", "fused"): ("cuda-fused-layer", "triton-fused-layer", "cuda-fused-gemm"),
+    ("cpu", "conv"): ("cpu-parallel", "cpu-gemm"),
+    ("cpu", "fused"): ("cpu-parallel",),
+}
+# The kernels were written for the course's layers (C*K*K <= 784, images <= 86 px). Outside this envelope
+# they are not tried: the issue measured cuda-auto 1.2-9.6x slower than cuDNN at C*K*K of 4096-131072 and
+# no result within 40 s on 1024 x 1024 images, and one such try would blow the 2 s budget by itself.
+MAX_TAPS = 1600          # C * K * K
+MAX_PIXELS = 512 * 512   # H * W of one (padded) input image
+
+
+# ------------------------------------------------------------------------------------------ call signature
+
+@dataclass(frozen=True)
+class Call:
+    """Everything about one op call that decides which implementation is fastest."""
+    op: str                  # "conv" or "fused"
+    device: str              # "cpu" or "cuda"
+    B: int
+    C: int
+    H: int
+    W: int
+    M: int
+    KH: int
+    KW: int
+    stride: tuple[int, int]
+    padding: tuple[int, int]
+    bias: bool
+    dtype: str
+    activation: str = "none"
+    pool: int = 1
+
+    @property
+    def padded_hw(self) -> tuple[int, int]:
+        return self.H + 2 * self.padding[0], self.W + 2 * self.padding[1]
+
+    def key(self) -> str:
+        fields = asdict(self)
+        return ",".join(f"{k}={'x'.join(map(str, v)) if isinstance(v, tuple) else v}" for k, v in fields.items())
+
+
+def unserved_reason(call: Call) -> Optional[str]:
+    """Why the convforge kernels cannot compute this call (None when they can)."""
+    if call.device not in ("cpu", "cuda"):
+        return f"device {call.device}: convforge kernels run on cpu or cuda"
+    if call.dtype != "float32":
+        return f"dtype {call.dtype}: convforge kernels compute float32"
+    if call.stride != (1, 1):
+        return f"stride {call.stride}: convforge kernels compute stride 1"
+    if call.KH != call.KW:
+        return f"kernel {call.KH}x{call.KW}: convforge kernels take square kernels"
+    hp, wp = call.padded_hw
+    if hp < call.KH or wp < call.KW:
+        return f"input {hp}x{wp} smaller than the {call.KH}x{call.KW} kernel"
+    return None
+
+
+def _call_of(op: str, x: torch.Tensor, weight: torch.Tensor, bias, stride, padding,
+             activation: str = "none", pool: int = 1) -> Call:
+    if x.dim() != 4 or weight.dim() != 4:
+        raise UserError(f"convforge conv2d takes a 4-D input and weight, got {tuple(x.shape)} and "
+                        f"{tuple(weight.shape)}; add a batch dimension with x.unsqueeze(0)")
+    if x.shape[1] != weight.shape[1]:
+        raise UserError(f"input has {x.shape[1]} channels but the weight expects {weight.shape[1]}")
+    if activation not in ACTIVATIONS:
+        raise UserError(f"unknown activation '{activation}'; choose one of: {', '.join(ACTIVATIONS)}")
+    if int(pool) < 1:
+        raise UserError(f"pool must be >= 1, got {pool}")
+    dtype = str(x.dtype).replace("torch.", "") if x.dtype == weight.dtype else f"{x.dtype}/{weight.dtype}"
+    return Call(op, x.device.type, *map(int, x.shape), int(weight.shape[0]), int(weight.shape[2]),
+                int(weight.shape[3]), _pair(stride), _pair(padding), bias is not None, dtype.replace("torch.", ""),
+                activation, int(pool))
+
+
+def _pair(v) -> tuple[int, int]:
+    v = [int(i) for i in v]
+    if len(v) == 1:
+        v = v * 2
+    if len(v) != 2:
+        raise UserError(f"stride and padding take one or two numbers, got {v}")
+    return v[0], v[1]
+
+
+# ----------------------------------------------------------------------------------------- torch paths
+
+_ACT_FN = {"none": lambda y: y, "relu": torch.relu, "tanh": torch.tanh, "sigmoid": torch.sigmoid}
+
+
+def torch_forward(call: Call, x, weight, bias) -> torch.Tensor:
+    """The op's result computed by torch alone (the fallback and the baseline auto measures)."""
+    y = F.conv2d(x, weight, bias, call.stride, call.padding)
+    if call.op == "fused":
+        y = _ACT_FN[call.activation](y)
+        if call.pool > 1:
+            y = F.max_pool2d(y, call.pool, call.pool)
+    return y.contiguous()   # the ops always return NCHW-contiguous results, as their fake implementations say
+
+
+# ------------------------------------------------------------------------------------ kernel candidates
+
+PER_WEIGHT_COMPILERS = ("cuda-direct", "cuda-auto")   # weights in a per-layer constant-bank module
+
+
+def runtime_weight_config(impl: str, call: Call):
+    """The launch config that keeps the weights a run-time kernel argument where ``impl``'s default for
+    this shape would compile them into the code; None where the default already does (see the module doc)."""
+    if impl == "cuda-fused-layer" and call.op == "fused" and call.C == 1:
+        return {"kernel": "regtile"}   # its default one-channel design is cuda-direct's constant bank
+    if impl in ("triton-direct", "triton-fused-layer"):
+        from convforge.conv import triton_common
+        if triton_common.can_bake(call.C, call.KH):   # the default bakes weights into the code here
+            module = importlib.import_module(f"convforge.conv.{impl.replace('-', '_')}")
+            cfg = module.choose_config(call.M, call.C, call.KH) if impl == "triton-direct" else \
+                module.choose_config(call.M, call.C, call.KH, call.pool)
+            return dataclasses.replace(cfg, baked=False)
+    return None
+
+
+def candidates(call: Call) -> list[str]:
+    """The implementations auto measures for this call, torch first."""
+    if unserved_reason(call) is not None:
+        return ["torch"]
+    hp, wp = call.padded_hw
+    if call.C * call.KH * call.KW > MAX_TAPS or hp * wp > MAX_PIXELS:
+        return ["torch"]
+    from convforge import conv
+    names = [n for n in CANDIDATES.get((call.device, call.op), ())
+             if conv.get(n).unavailable_reason(call.device) is None and n not in PER_WEIGHT_COMPILERS]
+    return ["torch"] + names
+
+
+class _Prepared:
+    """Prepared kernel functions, reused while the weight (and bias) tensor and its version are the same."""
+
+    def __init__(self):
+        self._entries: dict = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _identity(t: Optional[torch.Tensor]):
+        if t is None:
+            return None
+        try:
+            version = t._version
+        except RuntimeError:   # inference tensors keep no version counter
+            version = -1
+        return t.data_ptr(), version
+
+    def get(self, impl: str, call: Call, weight, bias) -> Callable:
+        # Everything _prepare bakes into the function except the input size, which the kernels handle.
+        key = (impl, call.op, call.device, call.M, call.C, call.KH, call.KW, call.padding, call.activation,
+               call.pool, weight.data_ptr(), None if bias is None else bias.data_ptr())
+        stamp = (self._identity(weight), self._identity(bias))
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                ref_w, ref_b, old_stamp, fn = entry
+                if ref_w() is weight and (bias is None or ref_b() is bias) and old_stamp == stamp:
+                    return fn
+            fn = _prepare(impl, call, weight, bias)
+            self._entries[key] = (weakref.ref(weight), weakref.ref(bias) if bias is not None else None, stamp, fn)
+            if len(self._entries) > 256:   # a process churning through weights: drop the oldest
+                self._entries.pop(next(iter(self._entries)))
+            return fn
+
+    def clear(self):
+        with self._lock:
+            self._entries.clear()
+
+
+_prepared = _Prepared()
+
+
+def _prepare(impl: str, call: Call, weight, bias) -> Callable:
+    """fn(x) -> the op's result through ``impl``, padding with F.pad and finishing with torch where needed."""
+    from convforge import conv
+    entry = conv.resolve(impl, call.device)
+    weight = weight.detach().contiguous()
+    bias = bias.detach().contiguous() if bias is not None else None
+    fuse_in_kernel = call.op == "fused" and entry.fuses and (call.activation != "none" or call.pool > 1)
+    activation = None if call.activation == "none" else call.activation
+    config = runtime_weight_config(impl, call if fuse_in_kernel else dataclasses.replace(call, op="conv"))
+    if config is not None:   # the module's own prepare takes the config the registry entry does not pass on
+        module = importlib.import_module(f"convforge.conv.{entry.module}")
+        kernel = module.prepare_fused(weight, bias, activation, call.pool, config=config) if fuse_in_kernel \
+            else module.prepare(weight, bias, config=config)
+    elif fuse_in_kernel:
+        kernel = entry.prepare_fused(weight, bias, activation, call.pool)
+    else:
+        kernel = entry.prepare(weight, bias)
+    ph, pw = call.padding
+    act = _ACT_FN[call.activation]
+
+    def run(x: torch.Tensor) -> torch.Tensor:
+        x = x.detach()
+        x = (F.pad(x, (pw, pw, ph, ph)) if ph or pw else x).contiguous()
+        y = kernel(x)
+        if call.op == "fused" and not fuse_in_kernel:
+            y = act(y)
+            if call.pool > 1:
+                y = F.max_pool2d(y, call.pool, call.pool)
+        return y
+
+    return run
+
+
+# -------------------------------------------------------------------------------------------- machine key
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "none"
+
+
+_machine_keys: dict = {}
+
+
+def machine_key(device: torch.device) -> str:
+    """GPU name (or CPU model and thread count) and the torch/triton/cupy/convforge versions."""
+    index = device.index if device.index is not None else (torch.cuda.current_device() if device.type == "cuda" else 0)
+    memo = (device.type, index, torch.get_num_threads())
+    if memo not in _machine_keys:
+        if device.type == "cuda":
+            name = torch.cuda.get_device_name(index)
+            libs = [f"torch {torch.__version__}", f"triton {_version('triton')}",
+                    f"cupy {_version('cupy-cuda12x') if _version('cupy-cuda12x') != 'none' else _version('cupy')}",
+                    f"cudnn {torch.backends.cudnn.version()}"]
+        else:
+            name = f"{_cpu_name()} x{torch.get_num_threads()} threads"
+            libs = [f"torch {torch.__version__}", f"numba {_version('numba')}"]
+        _machine_keys[memo] = f"{name} | " + ", ".join(libs + [f"convforge {_version('convforge')}"])
+    return _machine_keys[memo]
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+# ------------------------------------------------------------------------------------------- disk cache
+
+def cache_path() -> Path:
+    from convforge.data import cache_dir
+    return cache_dir() / CACHE_FILE
+
+
+def _read_cache(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("version") != CACHE_VERSION:
+        return {}
+    return data.get("choices", {}) if isinstance(data.get("choices"), dict) else {}
+
+
+def _write_cache(path: Path, key: str, record: dict) -> None:
+    """Merge one choice into the shared file: under an exclusive lock, read what others wrote, add ours,
+    write a temporary file and rename it over the old one (readers never see half a file)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path.with_suffix(".lock"), "a+") as lock:
+            try:
+                import fcntl
+                fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            except ImportError:   # no fcntl (Windows): the rename still keeps the file whole
+                pass
+            choices = _read_cache(path)
+            choices[key] = record
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+            tmp.write_text(json.dumps({"version": CACHE_VERSION, "choices": choices}, indent=1, sort_keys=True),
+                           encoding="utf-8")
+            os.replace(tmp, path)
+    except OSError:
+        pass   # an unwritable cache only costs a re-measurement in the next process
+
+
+# ------------------------------------------------------------------------------------------- dispatcher
+
+def _budget_s() -> float:
+    try:
+        return max(0.0, float(os.environ.get(BUDGET_ENV, DEFAULT_BUDGET_S)))
+    except ValueError:
+        raise UserError(f"{BUDGET_ENV} must be a number of seconds, got '{os.environ[BUDGET_ENV]}'") from None
+
+
+def _timer(device: str) -> Callable[[Callable[[], object]], float]:
+    """Seconds one call of fn takes: CUDA events around it on a GPU, the host clock after a sync on a CPU."""
+    from convforge.engine import Stopwatch
+
+    def time_one(fn) -> float:
+        with Stopwatch(device) as watch:
+            fn()
+        return watch.seconds
+
+    return time_one
+
+
+def relative_difference(a: torch.Tensor, b: torch.Tensor) -> float:
+    """||a - b|| / ||b|| in float64, a chunk of images at a time (large outputs stay within memory);
+    inf when shapes differ or ``a`` holds NaN/Inf."""
+    if a.shape != b.shape:
+        return float("inf")
+    num = den = 0.0
+    step = max(1, (1 << 24) // max(1, b[0].numel())) if b.dim() else 1
+    for i in range(0, max(1, b.shape[0] if b.dim() else 1), step):
+        x, y = (a[i:i + step], b[i:i + step]) if b.dim() else (a, b)
+        if not torch.isfinite(x).all():
+            return float("inf")
+        x, y = x.double(), y.double()
+        num += float((x - y).square().sum())
+        den += float(y.square().sum())
+    return (num ** 0.5) / (den ** 0.5 if den > 0 else 1.0)
+
+
+class Dispatcher:
+    """auto's choices: in memory, backed by the shared disk cache, measured on first use."""
+
+    def __init__(self):
+        self.choices: dict[str, dict] = {}   # machine key | call key -> record, as in the disk cache
+        self._fast: dict = {}                 # (Call, device) -> impl
+        self.generation = 0   # bumped by clear(), so callers' memos of choices expire with them
+        self._lock = threading.RLock()
+
+    def known(self, call: Call, device: torch.device) -> Optional[str]:
+        """The choice already made in this process for ``call``, else None."""
+        impl = self._fast.get((call, device))
+        if impl is None:
+            record = self.choices.get(f"{machine_key(device)} | {call.key()}")
+            impl = record["impl"] if record else None
+        return impl
+
+    def choose(self, call: Call, x, weight, bias) -> str:
+        impl = self._fast.get((call, x.device))   # every call after the first: one dict lookup
+        if impl is not None:
+            return impl
+        key = f"{machine_key(x.device)} | {call.key()}"
+        with self._lock:
+            record = self.choices.get(key)
+            if record is None:
+                record = _read_cache(cache_path()).get(key)
+                if record is None or record.get("impl") not in candidates(call):
+                    record = self.measure(call, x, weight, bias)
+                    _write_cache(cache_path(), key, record)
+                self.choices[key] = record
+            self._fast[(call, x.device)] = record["impl"]
+        return record["impl"]
+
+    def measure(self, call: Call, x, weight, bias) -> dict:
+        """Time torch and each candidate on this call's own tensors; the fastest that agrees with torch wins."""
+        budget, start = _budget_s(), time.perf_counter()
+        time_one = _timer(call.device)
+        times: dict[str, float] = {}
+        notes: dict[str, str] = {}
+        with torch.no_grad():
+            expected = None
+            names = candidates(call)
+            for impl in names:
+                if impl != "torch" and time.perf_counter() - start > budget:
+                    notes[impl] = "not measured: budget spent"
+                    continue
+                if impl == "torch":   # the baseline: its errors (out of memory, ...) are the caller's
+                    fn = lambda t: torch_forward(call, t, weight, bias)  # noqa: E731
+                    expected = fn(x)                     # warm-up: cuDNN's algorithm search
+                else:
+                    try:
+                        fn = _prepared.get(impl, call, weight, bias)
+                        result = fn(x)                   # warm-up: compiles
+                    except Exception as exc:             # a kernel that cannot take this shape: not a candidate
+                        first_line = str(exc).splitlines()[0][:160] if str(exc) else ""
+                        notes[impl] = f"failed: {type(exc).__name__}: {first_line}"
+                        continue
+                    diff = relative_difference(result, expected)
+                    del result
+                    if not diff <= AGREEMENT:
+                        notes[impl] = f"rejected: differs from torch by {diff:.2e}"
+                        continue
+                samples = [time_one(lambda: fn(x))]
+                # Up to 7 more runs, as the remaining budget allows, shared among the candidates left.
+                left = max(0.0, budget - (time.perf_counter() - start))
+                extra = int(min(7, left / max(samples[0], 1e-6) / len(names)))
+                samples += [time_one(lambda: fn(x)) for _ in range(extra)]
+                times[impl] = statistics.median(samples)
+        best = min(times, key=times.get)
+        if times[best] > MARGIN * times["torch"]:
+            best = "torch"   # a tie within timing noise goes to torch: auto must not lose to it on a re-run
+        return {"impl": best, "times_ms": {k: round(v * 1e3, 5) for k, v in times.items()}, "notes": notes,
+                "measured_s": round(time.perf_counter() - start, 3),
+                "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+    def clear(self) -> None:
+        with self._lock:
+            self.choices.clear()
+            self._fast.clear()
+            self.generation += 1
+
+
+dispatcher = Dispatcher()
+
+
+def auto_choice(op: str, x, weight, bias, stride, padding, activation: str = "none", pool: int = 1) -> Optional[str]:
+    """What auto runs for this call in this process (None before its first call)."""
+    return dispatcher.known(_call_of(op, x, weight, bias, stride, padding, activation, pool), x.device)
+
+
+def forward(call: Call, x, weight, bias, impl: str) -> torch.Tensor:
+    """The op's forward: auto's choice or the named implementation."""
+    if impl == "auto":
+        impl = dispatcher.choose(call, x, weight, bias)
+    if impl == "torch":
+        return torch_forward(call, x, weight, bias)
+    reason = unserved_reason(call)
+    if reason:
+        raise UserError(f"implementation '{impl}' cannot compute this call ({reason}); use impl='auto' or 'torch'")
+    return _prepared.get(impl, call, weight, bias)(x)
+
+
+# ------------------------------------------------------------------------------------------------ ops
+
+@torch.library.custom_op("convforge::conv2d", mutates_args=())
+def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Sequence[int],
+           padding: Sequence[int], impl: str = "auto") -> torch.Tensor:
+    """F.conv2d(x, weight, bias, stride, padding) (zero padding, float32) computed by a convforge kernel.
+
+    ``impl``: "auto" (measured per shape against torch, see convforge.torch_ops), "torch", or a registry
+    name ("cuda-fused-gemm", "cpu-parallel", ...). Forward by convforge; backward by torch's own
+    convolution gradients (torch.nn.grad.conv2d_input / conv2d_weight), so models stay trainable.
+    """
+    call = _call_of("conv", x, weight, bias, stride, padding)
+    return forward(call, x, weight, bias, impl)
+
+
+@conv2d.register_fake
+def _conv2d_fake(x, weight, bias, stride, padding, impl="auto"):
+    (sh, sw), (ph, pw) = _pair(stride), _pair(padding)
+    ho = (x.shape[2] + 2 * ph - weight.shape[2]) // sh + 1
+    wo = (x.shape[3] + 2 * pw - weight.shape[3]) // sw + 1
+    return x.new_empty((x.shape[0], weight.shape[0], ho, wo))
+
+
+def _conv2d_setup(ctx, inputs, output):
+    x, weight, bias, stride, padding, _ = inputs
+    ctx.save_for_backward(x, weight)
+    ctx.stride, ctx.padding, ctx.has_bias = _pair(stride), _pair(padding), bias is not None
+
+
+def _conv_grads(ctx, x, weight, grad_y):
+    """Input, weight and bias gradients of a convolution (torch.nn.grad, i.e. torch's own kernels)."""
+    gx = torch.nn.grad.conv2d_input(x.shape, weight, grad_y, ctx.stride, ctx.padding) \
+        if ctx.needs_input_grad[0] else None
+    gw = torch.nn.grad.conv2d_weight(x, weight.shape, grad_y, ctx.stride, ctx.padding) \
+        if ctx.needs_input_grad[1] else None
+    gb = grad_y.sum((0, 2, 3)) if ctx.has_bias and ctx.needs_input_grad[2] else None
+    return gx, gw, gb
+
+
+def _conv2d_backward(ctx, grad):
+    x, weight = ctx.saved_tensors
+    return (*_conv_grads(ctx, x, weight, grad), None, None, None)
+
+
+conv2d.register_autograd(_conv2d_backward, setup_context=_conv2d_setup)
+
+
+@torch.library.custom_op("convforge::conv2d_act_pool", mutates_args=())
+def conv2d_act_pool(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], stride: Sequence[int],
+                    padding: Sequence[int], activation: str, pool: int, impl: str = "auto") -> torch.Tensor:
+    """max_pool2d(act(F.conv2d(x, weight, bias, stride, padding)), pool, pool) in one op (act: none, relu,
+    tanh, sigmoid; pool 1 for none), computed by a fused convforge kernel where one serves the shape.
+
+    Forward by convforge; backward by torch: the convolution is recomputed in torch, the pooling and
+    activation gradients routed through it, and the convolution's gradients taken with torch.nn.grad.
+    """
+    call = _call_of("fused", x, weight, bias, stride, padding, activation, pool)
+    return forward(call, x, weight, bias, impl)
+
+
+@conv2d_act_pool.register_fake
+def _conv2d_act_pool_fake(x, weight, bias, stride, padding, activation, pool, impl="auto"):
+    (sh, sw), (ph, pw) = _pair(stride), _pair(padding)
+    ho = (x.shape[2] + 2 * ph - weight.shape[2]) // sh + 1
+    wo = (x.shape[3] + 2 * pw - weight.shape[3]) // sw + 1
+    return x.new_empty((x.shape[0], weight.shape[0], ho // pool, wo // pool))
+
+
+def _fused_setup(ctx, inputs, output):
+    x, weight, bias, stride, padding, activation, pool, _ = inputs
+    ctx.save_for_backward(x, weight, bias)
+    ctx.stride, ctx.padding, ctx.has_bias = _pair(stride), _pair(padding), bias is not None
+    ctx.activation, ctx.pool = activation, int(pool)
+
+
+def _fused_backward(ctx, grad):
+    x, weight, bias = ctx.saved_tensors
+    y = F.conv2d(x, weight, bias, ctx.stride, ctx.padding)   # recomputed: the forward kept only the pooled map
+    a = _ACT_FN[ctx.activation](y)
+    if ctx.pool > 1:
+        k = [ctx.pool, ctx.pool]
+        _, indices = F.max_pool2d(a, ctx.pool, ctx.pool, return_indices=True)
+        grad = torch.ops.aten.max_pool2d_with_indices_backward(grad, a, k, k, [0, 0], [1, 1], False, indices)
+    if ctx.activation == "relu":
+        grad = grad * (y > 0).to(grad.dtype)
+    elif ctx.activation == "tanh":
+        grad = grad * (1 - a * a)
+    elif ctx.activation == "sigmoid":
+        grad = grad * a * (1 - a)
+    return (*_conv_grads(ctx, x, weight, grad), None, None, None, None, None)
+
+
+conv2d_act_pool.register_autograd(_fused_backward, setup_context=_fused_setup)
+
+
+def reset() -> None:
+    """Forget in-memory choices and prepared kernels (the disk cache stays)."""
+    dispatcher.clear()
+    _prepared.clear()
