@@ -73,17 +73,12 @@ SWEEP_FUSED = [(64, 1, 16, 28, 5, 0, True), (64, 3, 16, 32, 3, 1, True), (8, 24,
 
 
 def environment() -> dict:
-    import importlib.metadata as md
-
-    def version(p):
-        try:
-            return md.version(p)
-        except md.PackageNotFoundError:
-            return None
-    return {"gpu": torch.cuda.get_device_name() if DEVICE == "cuda" else torch_ops.machine_key(torch.device("cpu")), "torch": torch.__version__, "cuda": torch.version.cuda,
-            "cudnn": torch.backends.cudnn.version(), "triton": version("triton"),
-            "cupy": version("cupy-cuda12x") or version("cupy"), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "budget_s": torch_ops._budget_s()}
+    """bench's record of the machine and library versions, with auto's time budget."""
+    from convforge.harness.bench import environment as bench_environment
+    env = bench_environment(DEVICE)
+    if DEVICE != "cuda":
+        env["gpu"] = torch_ops.machine_key(torch.device("cpu"))
+    return dict(env, budget_s=torch_ops._budget_s())
 
 
 def shapes(preset_batch: int = 10000) -> list[dict]:
@@ -239,7 +234,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True, help="JSON file to write the rows to")
     ap.add_argument("--part", choices=("shapes", "cnn", "all"), default="all")
     ap.add_argument("--cnn-batch", type=int, default=10000)
-    ap.add_argument("--compile-mode", default="max-autotune-no-cudagraphs", help="'none' skips torch.compile")
+    ap.add_argument("--compile-mode", default="max-autotune", help="'none' skips torch.compile")
     ap.add_argument("--preset-batch", type=int, default=10000)
     ap.add_argument("--time-limit", type=float, default=420.0, help="seconds; shapes left after it are skipped")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
