@@ -15,14 +15,14 @@ from typing import Optional
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from convforge import conv
 from convforge.errors import UserError
 from convforge.models import Conv, ConvShape, Dense, Network, apply_layer, fusion_after
 
-# "exact": fp32 arithmetic throughout. "fast": FP16 tensor cores for the many-channel convolutions and bf16
-# ones for the dense layers, both accumulating in fp32 (accuracy reported beside exact by bench's whole run).
+# "exact": fp32 arithmetic throughout. "fast": FP16 tensor cores for the many-channel convolutions and TF32
+# ones for the dense layers, both accumulating in fp32 (accuracy reported beside exact by the whole-network
+# benchmark, convforge/harness/whole.py).
 PRECISIONS = ("exact", "fast")
 FAST_CONV = "cuda-tc-fp16"
 
@@ -121,7 +121,7 @@ class _Step:
     conv_fn: Optional[conv.ConvFn] = None
     result: Optional[LayerResult] = None
     skip: int = 0  # following layers the conv kernel already applied (fusion)
-    dense_bf16: Optional[tuple] = None  # the fast path's (weight, bias) in bf16 for a dense layer
+    tf32: bool = False  # the fast path's dense layers: TF32 tensor cores
 
 
 class Engine:
@@ -138,9 +138,7 @@ class Engine:
             raise UserError("--precision fast runs on tensor cores: it needs --device cuda")
         self.precision = precision
         self.params = {k: v.to(self.device) for k, v in network.params.items()}
-        # The fast path's dense layers: bf16 operands on the tensor cores, fp32 accumulation and output.
-        self._dense_bf16 = {k: v.to(torch.bfloat16) for k, v in self.params.items()
-                            if k.startswith("fc")} if precision == "fast" else {}
+
         arch = network.architecture
         self.annotate = annotate  # name each layer in profiler traces (record_function + NVTX)
         self.chunk = chunk or max(1, CHUNK_BYTES[self.device] // (4 * arch.max_activation_elements()))
@@ -157,8 +155,9 @@ class Engine:
             if isinstance(layer, Conv):
                 conv_index += 1
                 weight, bias = self.params[f"{prefix}.weight"], self.params.get(f"{prefix}.bias")
-                impl = self._layer_impl(shape_in[0])
-                fusion = fusion_after(walk, i) if fuse and impl.fuses else None
+                fusion = fusion_after(walk, i) if fuse and self.impl.fuses else None
+                impl = self._layer_impl(shape_in[0], fusion)
+                fusion = fusion if impl.fuses else None
                 shape = ConvShape(0, layer.out_channels, *shape_in, layer.kernel)
                 step.result = LayerResult(conv_index, shape, impl.name)
                 if fusion:
@@ -167,8 +166,8 @@ class Engine:
                     step.result.fused = (f"{activation}+" if activation else "") + f"maxpool{pool}"
                 else:
                     step.conv_fn = impl.prepare(weight, bias, input_hw=shape_in[1:])
-            elif isinstance(layer, Dense) and self._dense_bf16:
-                step.dense_bf16 = (self._dense_bf16[f"{prefix}.weight"], self._dense_bf16.get(f"{prefix}.bias"))
+            elif isinstance(layer, Dense) and precision == "fast":
+                step.tf32 = True
             self.steps.append(step)
             i += 1 + step.skip
         if self.device == "cuda":
@@ -182,8 +181,8 @@ class Engine:
         """
         for step in self.steps:
             with self._annotation(step):
-                if step.dense_bf16 is not None:
-                    x = F.linear(x.to(torch.bfloat16), *step.dense_bf16).float()
+                if step.tf32:
+                    x = _tf32_dense(step.layer, x, self.params, step.prefix)
                 elif step.conv_fn is None:
                     x = apply_layer(step.layer, x, self.params, step.prefix)
                 elif not timed:
@@ -194,12 +193,14 @@ class Engine:
                     step.result.op_time_s += watch.seconds
         return x
 
-    def _layer_impl(self, channels: int) -> conv.ConvImpl:
+    def _layer_impl(self, channels: int, fusion) -> conv.ConvImpl:
         """The implementation for a conv layer of ``channels`` input channels. Exact: the engine's one
-        implementation. Fast: layers with several input channels go to the FP16 tensor-core kernel (the
-        compute-bound second layers: 1.9-2.9x the best exact kernel, H200 run 10); one-channel layers keep
-        the exact fused kernels, which already run at 78-106 % of their memory-bound floor."""
-        if self.precision == "fast" and channels > 1:
+        implementation. Fast: unfused layers with several input channels go to the FP16 tensor-core kernel
+        (the compute-bound second layers: 1.9-2.9x the best exact kernel, H200 run 10); one-channel layers
+        keep the exact kernels, which already run at 78-106 % of their memory-bound floor, and so do layers
+        whose activation and pool the exact kernel fuses (fa20 L2: the tensor-core kernel plus a separate
+        relu and pool 4 took as long as the fused exact kernel, benchmarks/2026-11-25-h200-whole-network)."""
+        if self.precision == "fast" and channels > 1 and fusion is None:
             fast = conv.get(FAST_CONV)
             if fast.unavailable_reason(self.device) is None:
                 return fast
@@ -313,6 +314,18 @@ class Engine:
         torch.cuda.synchronize()
         total = time.perf_counter() - t0
         return self._result(predictions.numpy().copy(), labels, total, streams=streams, chunk=chunk)
+
+
+def _tf32_dense(layer: Dense, x: torch.Tensor, params: dict, prefix: str) -> torch.Tensor:
+    """A dense layer on TF32 tensor cores. TF32 is a process-wide cuBLAS switch read at each call, so it is
+    set for this call only (a CUDA graph captures the TF32 kernel). Reading the fp32 activations directly
+    costs no conversion pass (bf16 operands did: 0.11 of fa17's 0.86 ms on an H200)."""
+    allowed = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        return apply_layer(layer, x, params, prefix)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = allowed
 
 
 class GraphedForward:
