@@ -16,6 +16,10 @@ import dataclasses
 import hashlib
 import json
 import sys
+from pathlib import Path
+
+# The tree this script sits in, not whichever convforge is installed (python puts scripts/ first on the path).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def preset_layers():
@@ -129,6 +133,8 @@ def triton_record(shape, fusion) -> dict:
 
 
 def main() -> int:
+    import convforge
+    print(f"kernel constants of {Path(convforge.__file__).parent}", file=sys.stderr)
     out = {}
     for shape, fusion in sorted(preset_layers().items()):
         label = "M=%d C=%d H=%d W=%d K=%d" % shape + (f" {fusion[0]}+pool{fusion[1]}" if fusion else "")
