@@ -59,12 +59,11 @@ float32 dense arrays named ``arg:...``, plus ``__shape__`` on the data variable 
 survives the round trip. Each file goes to a temporary name first and is renamed into place.
 
 API: ``load_network``, ``describe``, ``save_checkpoint``, ``read_params``, ``encode_params``,
-``symbol_json``; the ``convforge export`` command (``HELP``, ``add_arguments``, ``main``).
+``symbol_json``; the body of the ``convforge export`` command (``main``; its options are in cli.py).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -979,19 +978,7 @@ def save_checkpoint(network: Network, prefix: PathLike, epoch: int = 0) -> tuple
 
 # ------------------------------------------------------------------------------- the export command
 
-HELP = "write a preset (or a weights file) as an MXNet checkpoint: PREFIX-symbol.json and PREFIX-EPOCH.params"
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from convforge.models import DEFAULT_PRESET
-    parser.add_argument("--mxnet", metavar="PREFIX", required=True,
-                        help="write PREFIX-symbol.json and PREFIX-EPOCH.params (the folder must exist)")
-    parser.add_argument("--model", default=DEFAULT_PRESET, help=f"preset name (default {DEFAULT_PRESET})")
-    parser.add_argument("--weights", help="safetensors file to use instead of the preset's shipped weights")
-    parser.add_argument("--epoch", type=int, default=0, help="the epoch number in the file name (default 0)")
-
-
-def main(args: argparse.Namespace) -> int:
+def main(args) -> int:
     from convforge.models import load_preset
     network = load_preset(args.model, args.weights)
     symbol_path, params_path = save_checkpoint(network, args.mxnet, args.epoch)

@@ -29,7 +29,6 @@ switches torch's allocator to huge pages for the whole run, the baseline include
 
 from __future__ import annotations
 
-import argparse
 import csv
 import importlib.util
 import io
@@ -58,24 +57,18 @@ from convforge.console import print_table
 from convforge.conv import ConvImpl
 from convforge.engine import Stopwatch, resolve_device
 from convforge.errors import UserError
+from convforge.harness import (DEFAULT_BATCHES, DEFAULT_BUDGET_S, DEFAULT_WARMUP, MAX_REPEATS, MIN_REPEATS, THP_ENV,
+                               TIMINGS)
 from convforge.harness.check import describe_exception, progress_bar, random_case
 from convforge.harness.gpu_clocks import FIELDS as GPU_CLOCK_FIELDS, GpuSampler, device_uuid
 from convforge.harness.verify import Case, LayerSpec, model_layers, select_impls, verify_impl
 from convforge.models import ACTIVATIONS, DEFAULT_PRESET, ConvShape, get_preset
 
-HELP = "time implementations against torch's convolution and this machine's roofline"
-
-DEFAULT_BATCHES = (10, 100, 1000, 10000)
-MIN_REPEATS = 3
-MAX_REPEATS = 200
-DEFAULT_WARMUP = 2
-DEFAULT_BUDGET_S = 1.0                           # timed calls per case stop after this, once MIN_REPEATS are in
 COPY_BYTES = {"cuda": 1 << 30, "cpu": 256 << 20}  # the bandwidth ceiling's copy
 MATMUL_SIZES = {"cuda": (8192,), "cpu": (1024, 1536, 2048)}  # the arithmetic ceiling: N x N x N products, the best
 FMA_CHAINS, FMA_DEPTH, FMA_LANES = 12, 8, 16     # the CPU FMA-peak probe: independent 16-lane chains
 FMA_CALL_S = 0.05                                 # seconds per FMA-probe call
 THP_SYSFS = Path("/sys/kernel/mm/transparent_hugepage")
-THP_ENV = "THP_MEM_ALLOC_ENABLE"                  # read by torch's CPU allocator at its first allocation
 RESTARTED_ENV = "CONVFORGE_BENCH_RESTARTED"       # set in a bench that re-executed itself (no second restart)
 THP_PROBE_BYTES = 64 << 20                        # above torch's 2 MiB huge-page threshold and glibc's largest
                                                   # mmap threshold: a fresh mapping of its own (never touched)
@@ -145,7 +138,6 @@ def load_fields(before: Counters, after: Counters, calls: int) -> dict:
             "other_cpu_pct": other, "steal_pct": steal}
 
 
-TIMINGS = ("gpu", "call")
 # the spin ahead of a GPU-timed call: about 0.5 ms at 2 GHz, longer than the host's launch work for any
 # implementation here, so the timed kernels are queued before the start event fires
 LEAD_CYCLES = 1_000_000
@@ -611,66 +603,7 @@ def print_rows_table(rows: Sequence[dict], ceilings: Ceilings, device: str) -> N
     print_table(title, columns, table, justify_right=columns[2:3] + columns[4:])
 
 
-# ------------------------------------------------------------------------------------------- CLI
-
-def _shape(text: str) -> ConvShape:
-    try:
-        values = [int(v) for v in text.split(",")]
-    except ValueError:
-        values = []
-    if len(values) != 6:
-        raise argparse.ArgumentTypeError(f"--shape takes B,M,C,H,W,K (six integers), got '{text}'")
-    shape = ConvShape(*values)
-    if min(values) < 1 or shape.H < shape.K or shape.W < shape.K:
-        raise argparse.ArgumentTypeError(f"--shape {text}: every value must be at least 1 and H, W at least K")
-    return shape
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got '{text}'")
-    return value
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", nargs="+", metavar="NAME",
-                   help=f"presets whose conv layers to time (default {DEFAULT_PRESET} unless --shape is given)")
-    p.add_argument("--shape", nargs="+", type=_shape, default=[], metavar="B,M,C,H,W,K",
-                   help="explicit layer shapes, each at its own batch size B")
-    p.add_argument("--images", nargs="+", type=_positive, default=list(DEFAULT_BATCHES), metavar="B",
-                   help="batch sizes for the presets' layers (default 10 100 1000 10000)")
-    p.add_argument("--impl", nargs="+", metavar="NAME",
-                   help="implementations to time (default: all available on the device but 'reference')")
-    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
-    p.add_argument("--repeat", type=_positive, help="timed calls per case (default: adaptive, at least "
-                   f"{MIN_REPEATS}, up to {MAX_REPEATS} or --budget)")
-    p.add_argument("--warmup", type=int, default=DEFAULT_WARMUP,
-                   help=f"untimed calls before timing, fewer if they take --budget (default {DEFAULT_WARMUP})")
-    p.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S,
-                   help=f"seconds of timed calls per case once {MIN_REPEATS} are in (default {DEFAULT_BUDGET_S:g})")
-    p.add_argument("--timing", choices=TIMINGS, default="gpu",
-                   help="on a GPU: 'gpu' (default) times the kernels only (a spin kernel queued ahead of the start "
-                   "event hides the host's launch work); 'call' times each call as the engine's Op Time does, "
-                   "host launch work included (10-50 us, varying between processes). Rows record it (timing)")
-    output = p.add_mutually_exclusive_group()
-    output.add_argument("--json", action="store_true", help="print the rows as a JSON list instead of the table")
-    output.add_argument("--csv", action="store_true", help="print the rows as CSV instead of the table")
-    p.add_argument("--out", metavar="FILE", help="also write the rows to FILE (.json or .csv)")
-    p.add_argument("--report", metavar="DIR", help="also write a report (charts and tables) into DIR")
-    p.add_argument("--hugepages", action="store_true",
-                   help=f"run with torch's {THP_ENV}=1 for the whole process, so that torch's CPU allocator "
-                   "page-aligns every tensor of 2 MiB or more and advises huge pages for it (madvise, as "
-                   "/sys/kernel/mm/transparent_hugepage/enabled allows): fewer first-touch page faults for "
-                   "every implementation, the torch baseline included, since all allocate their outputs "
-                   "through torch. An allocator setting applied to both sides, not a kernel speed-up. The "
-                   "bench re-executes itself when torch has already allocated. Default: the allocator as "
-                   "the environment sets it (plain 4 KiB pages unless the variable is set); every row "
-                   "records it (torch_thp_alloc)")
-
+# ------------------------------------------------------------------------------------------- command
 
 def _runnable(names: Optional[Sequence[str]], device: str) -> list[ConvImpl]:
     """The named implementations, or all made for ``device`` but the slow reference; those that can run here."""
