@@ -1,4 +1,4 @@
-"""The ``convforge`` command: infer, models, impls, train, verify, bench, profile, report, export.
+"""The ``convforge`` command: infer, models, impls, train, verify, bench, profile, sweep, report, export.
 
 Every mistake in what the user typed or supplied ends as one line on stderr and exit status 2.
 
@@ -158,6 +158,11 @@ def cmd_report(args) -> int:
     return report.main(args)
 
 
+def cmd_sweep(args) -> int:
+    from convforge.harness import sweep
+    return sweep.main(args)
+
+
 def cmd_export(args) -> int:
     from convforge import mxnet
     return mxnet.main(args)
@@ -302,6 +307,39 @@ def _add_report(sub) -> None:
     p.set_defaults(func=cmd_report)
 
 
+def _add_sweep(sub) -> None:
+    text = "check and time implementations and their tuning variants on every preset layer, or compile Triton's sm_90 code"
+    p = sub.add_parser("sweep", help=text, description=text)
+    p.add_argument("--impl", nargs="+", metavar="NAME", help="implementations (default: all on the device but "
+                   "'reference'; with --sass: triton-direct triton-fused-layer)")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--layers", default="", metavar="A,B", help="preset layers by label ('fa18 L2') or model prefix "
+                   "('fa17'), comma-separated (default: every distinct preset layer)")
+    p.add_argument("--batch", type=int, default=10000, help="images per timed call (default 10000)")
+    p.add_argument("--check-batch", type=int, default=2, help="images checked against float64 per call (default 2)")
+    p.add_argument("--repeat", type=int, default=10, help="timed calls per row, the median is reported (default 10)")
+    p.add_argument("--warmup", type=int, default=harness.DEFAULT_WARMUP,
+                   help=f"untimed calls first (default {harness.DEFAULT_WARMUP})")
+    p.add_argument("--timing", choices=harness.TIMINGS, default="gpu", help="as bench's --timing (default gpu)")
+    p.add_argument("--unfused", action="store_true", help="also time fusing implementations without their fusion")
+    g = p.add_argument_group("tuning variants")
+    g.add_argument("--variants", action="store_true", help="also time each implementation's candidate configurations")
+    g.add_argument("--candidates", type=int, default=16, metavar="N",
+                   help="with --variants: the N best-modelled launch shapes of cuda-fused-gemm/-layer (default 16)")
+    g.add_argument("--configs", default="", metavar="K=V[,K=V];...",
+                   help="instead: each layer's chosen configuration, and it with these fields changed")
+    g.add_argument("--jobs", type=int, default=0, metavar="N", help="compile the CUDA variants first in N processes")
+    g.add_argument("--write-auto", metavar="FILE", help="write cuda-auto's table: per layer and pool the fastest "
+                   "exact CUDA kernel and configuration of this run")
+    g.add_argument("--json", metavar="FILE", help="also write every row to FILE")
+    g = p.add_argument_group("Triton's sm_90 code (no GPU needed)")
+    g.add_argument("--sass", action="store_true", help="compile instead of running: registers, FFMA share of the hot "
+                   "loop, spills, shared memory per kernel")
+    g.add_argument("--arch", type=int, default=90, help="compute capability to compile for (default 90)")
+    g.add_argument("--baked", action="store_true", help="the direct and fused kernels with baked weights")
+    p.set_defaults(func=cmd_sweep)
+
+
 def _add_export(sub) -> None:
     from convforge.models import DEFAULT_PRESET
     text = "write a preset (or a weights file) as an MXNet checkpoint: PREFIX-symbol.json and PREFIX-EPOCH.params"
@@ -316,8 +354,8 @@ def _add_export(sub) -> None:
 
 # ------------------------------------------------------------------------------------------ main
 
-COMMANDS = (_add_infer, _add_models, _add_impls, _add_train, _add_verify, _add_bench, _add_profile, _add_report,
-            _add_export)
+COMMANDS = (_add_infer, _add_models, _add_impls, _add_train, _add_verify, _add_bench, _add_profile, _add_sweep,
+            _add_report, _add_export)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -281,7 +281,7 @@ def test_sm90_code_keeps_sums_in_registers():
     if not os.path.exists(ptxas) and not shutil.which("ptxas"):
         pytest.skip("this Triton has no bundled ptxas to compile sm_90 code with")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    run = subprocess.run([sys.executable, "-m", "convforge.conv.triton_common", "sass", "--layers", "fa17,sp18,fa20"],
+    run = subprocess.run([sys.executable, "-m", "convforge", "sweep", "--sass", "--layers", "fa17,sp18,fa20"],
                          capture_output=True, text=True, env=env, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
     lines = [line for line in run.stdout.splitlines() if line.strip()]

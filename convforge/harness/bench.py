@@ -222,6 +222,12 @@ class Ceilings:
     def floor_s(self, flops: int, bytes_moved: int) -> float:
         return max(bytes_moved / (self.copy_gbps * 1e9), flops / (self.matmul_gflops * 1e9))
 
+    def layer_floor_s(self, shape: ConvShape, pool: Optional[int] = None) -> float:
+        """The roofline floor of one conv layer; with ``pool`` (a fused call) only the pooled output is written."""
+        out_h, out_w = shape.out_hw
+        out_elements = None if not pool else shape.B * shape.M * (out_h // pool) * (out_w // pool)
+        return self.floor_s(shape.flops, shape.bytes_moved(out_elements))
+
 
 def measure_ceilings(device: str, budget_s: float = DEFAULT_BUDGET_S) -> Ceilings:
     """Copy COPY_BYTES[device] device to device and multiply N x N fp32 matrices (TF32 off) for each N of
@@ -468,13 +474,13 @@ def make_row(kind: str, case: BenchCase, impl: str, precision: str, device: str,
     ``load``: ``load_fields`` of the timed calls (None fields when not given)."""
     shape = case.shape
     out_elements = None
-    if kind == "fused":
-        _, pool = case.spec.fusion
+    pool = case.spec.fusion[1] if kind == "fused" else None
+    if pool:
         out_h, out_w = shape.out_hw
         out_elements = shape.B * shape.M * (out_h // pool) * (out_w // pool)
     median_s = float(np.median(times))
     bytes_moved = shape.bytes_moved(out_elements)
-    floor_s = ceilings.floor_s(shape.flops, bytes_moved)
+    floor_s = ceilings.layer_floor_s(shape, pool)
     row = {"kind": kind, "model": case.model, "layer": case.spec.label,
            "B": shape.B, "M": shape.M, "C": shape.C, "H": shape.H, "W": shape.W, "K": shape.K,
            "impl": impl, "precision": precision, "device": device,
