@@ -164,8 +164,8 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from convforge import mxnet
-    return mxnet.main(args)
+    from convforge.mxnet import command
+    return command.main(args)
 
 
 # ------------------------------------------------------------------------------- options per command
