@@ -87,7 +87,8 @@ def cuda_record(shape, fusion) -> dict:
         if pool is None:
             continue
         impl, config = cuda_auto.choose(*shape, pool)
-        module = cuda_auto._module(impl)
+        from convforge import conv
+        module = conv.get(impl)._module()
         act = cc.activation_code(fusion[0]) if pool > 1 else 0
         extra = {"activation": fusion[0] if impl == "cuda-fused-layer" else act} if pool > 1 else {}
         rec[f"cuda_auto {kind} specs"] = _guard(lambda: [_spec(s) for s in module.kernel_specs(

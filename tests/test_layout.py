@@ -70,3 +70,7 @@ def test_each_shared_chore_is_defined_once():
     assert _defining(r"^def time_calls\(|do_bench|^def time_ms\(") == ["convforge/harness/bench.py"]
     assert _defining(r"^ACTIVATIONS\s*=") == ["convforge/models.py"]           # the functions
     assert _defining(r"^ACTIVATION_CODES\s*=") == ["convforge/conv/__init__.py"]  # the kernels' ACT numbers
+
+
+def test_one_atomic_writer():
+    assert _defining(r"mkstemp\(|os\.replace\(") == ["convforge/files.py"]

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
 from convforge.errors import UserError
+from convforge.files import write_files_atomically
 from convforge.models import Activation, Architecture, Conv, Dense, Flatten, Layer, Network, Pool
 from convforge.mxnet.format import PathLike, encode_params
 from convforge.mxnet.graph import _Step
@@ -177,25 +177,6 @@ def symbol_json(network: Network) -> dict:
     }
 
 
-def _write_atomically(files: dict[Path, bytes]) -> None:
-    """Write every file to a temporary name beside it, then rename each: no file is ever half-written."""
-    umask = os.umask(0)
-    os.umask(umask)
-    temporary: list[tuple[str, Path]] = []
-    try:
-        for path, payload in files.items():
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-            temporary.append((tmp, path))
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(payload)
-            os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would make the checkpoint private to its writer
-        for tmp, path in temporary:
-            os.replace(tmp, path)
-    finally:
-        for tmp, _ in temporary:
-            Path(tmp).unlink(missing_ok=True)
-
-
 def save_checkpoint(network: Network, prefix: PathLike, epoch: int = 0) -> tuple[Path, Path]:
     """Write ``PREFIX-symbol.json`` and ``PREFIX-EPOCH.params`` (float32) as MXNet's save_checkpoint does."""
     if epoch < 0:
@@ -213,7 +194,7 @@ def save_checkpoint(network: Network, prefix: PathLike, epoch: int = 0) -> tuple
             arrays[f"arg:{variable}"] = network.params[f"{layer_prefix}.{role}"].detach().cpu().numpy()
     symbol_text = json.dumps(symbol_json(network), indent=2) + "\n"
     try:
-        _write_atomically({symbol_path: symbol_text.encode("utf-8"), params_path: encode_params(arrays)})
+        write_files_atomically({symbol_path: symbol_text.encode("utf-8"), params_path: encode_params(arrays)})
     except OSError as exc:
         raise UserError(f"cannot write the MXNet checkpoint {prefix}: {exc.strerror or exc}; "
                         "check that the folder is writable") from None
