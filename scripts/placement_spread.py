@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from convforge import conv
-from convforge.harness.bench import time_calls
+from convforge.harness.timing import time_calls
 from convforge.harness.check import random_case
 from convforge.harness.sweep import preset_layers
 from convforge.harness.gpu_clocks import GpuSampler

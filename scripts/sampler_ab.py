@@ -13,7 +13,7 @@ import torch
 
 from convforge import conv
 from convforge.harness.sweep import preset_layers
-from convforge.harness.bench import rotated_inputs, time_calls
+from convforge.harness.timing import rotated_inputs, time_calls
 
 p = argparse.ArgumentParser()
 p.add_argument("--layer", default="fa17 L1")

@@ -15,7 +15,7 @@ import torch
 
 from convforge import conv
 from convforge.harness.sweep import preset_layers
-from convforge.harness.bench import rotated_inputs, time_calls
+from convforge.harness.timing import rotated_inputs, time_calls
 from convforge.harness.gpu_clocks import device_uuid
 
 p = argparse.ArgumentParser()

@@ -65,9 +65,9 @@ def _defining(pattern: str) -> list[str]:
 def test_each_shared_chore_is_defined_once():
     assert _defining(r"^def preset_layers\(|^def model_layers\(") == ["convforge/harness/sweep.py",
                                                                       "convforge/harness/verify.py"]
-    assert _defining(r"def (layer_)?floor_(s|ms)\(|FLOOR_BANDWIDTH|copy_gbps\s*=\s*\d") == ["convforge/harness/bench.py"]
+    assert _defining(r"def (layer_)?floor_(s|ms)\(|FLOOR_BANDWIDTH|copy_gbps\s*=\s*\d") == ["convforge/harness/probes.py"]
     assert _defining(r"^def conv2d_float64\(|\.double\(\), *\w+\.double\(\)") == ["convforge/conv/reference.py"]
-    assert _defining(r"^def time_calls\(|do_bench|^def time_ms\(") == ["convforge/harness/bench.py"]
+    assert _defining(r"^def time_calls\(|do_bench|^def time_ms\(") == ["convforge/harness/timing.py"]
     assert _defining(r"^ACTIVATIONS\s*=") == ["convforge/models.py"]           # the functions
     assert _defining(r"^ACTIVATION_CODES\s*=") == ["convforge/conv/__init__.py"]  # the kernels' ACT numbers
 

@@ -172,7 +172,8 @@ def run_sweep(args) -> int:
     import torch
     from convforge import conv
     from convforge.engine import resolve_device
-    from convforge.harness.bench import measure_ceilings, rotated_inputs, time_calls
+    from convforge.harness.probes import measure_ceilings
+    from convforge.harness.timing import rotated_inputs, time_calls
     from convforge.harness.check import poisoned, reference_layer, relative_error
 
     device = resolve_device(args.device)
