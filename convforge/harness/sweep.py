@@ -33,7 +33,6 @@ from convforge.harness import write_atomically
 from convforge.harness.verify import LayerSpec, model_layers
 
 TRITON_SASS_IMPLS = ("triton-direct", "triton-fused-layer", "triton-gemm")
-CUDA_AUTO_CANDIDATES = ("cuda-fused-gemm", "cuda-fused-layer", "cuda-direct")   # what cuda-auto may pick
 
 
 # ----------------------------------------------------------------------------------------- layers
@@ -193,6 +192,7 @@ def run_sweep(args) -> int:
           flush=True)
     if args.jobs > 1 and (args.variants or overrides):
         _precompile(impls, layers, args, overrides)
+    from convforge.conv.cuda_auto import ELIGIBLE as auto_eligible   # what cuda-auto may pick (--write-auto)
     rows, failures, best = [], 0, {}
     generator = torch.Generator().manual_seed(0)
     for spec in layers:
@@ -237,7 +237,7 @@ def run_sweep(args) -> int:
                                      error=error, ok=ok, median_ms=ms, floor_ms=floor))
                     print(f"{'ok  ' if ok else 'BAD '} {spec.label:8s} {what:60s} err {error:8.1e}" +
                           (f"  {ms:8.3f} ms  floor {floor:7.3f}  {100 * floor / ms:5.1f} %" if ok else ""), flush=True)
-                    if ok and impl.exact and impl.name in CUDA_AUTO_CANDIDATES:
+                    if ok and impl.exact and impl.name in auto_eligible:
                         key = ((s.M, s.C, s.H, s.W, s.K), pool or 1)
                         if key not in best or ms < best[key][1]:
                             best[key] = (impl.name, ms, _config_dict(config))
