@@ -15,10 +15,9 @@ __version__ = "0.1.0"
 def __getattr__(name: str):
     """``convforge.patch`` / ``convforge.optimize`` / ``convforge.nn``, imported on first use so that
     ``import convforge`` stays light."""
+    import importlib   # by name, so the package itself imports none of its modules (no cycle through it)
     if name in ("patch", "optimize"):
-        from convforge import nn
-        return getattr(nn, name)
+        return getattr(importlib.import_module("convforge.nn"), name)
     if name in ("nn", "torch_ops"):
-        import importlib
         return importlib.import_module(f"convforge.{name}")
     raise AttributeError(f"module 'convforge' has no attribute {name!r}")

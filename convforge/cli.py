@@ -1,20 +1,25 @@
-"""The ``convforge`` command: infer, models, impls, train (and the harness commands).
+"""The ``convforge`` command: infer, models, impls, train, verify, bench, profile, sweep, report, export.
 
 Every mistake in what the user typed or supplied ends as one line on stderr and exit status 2.
+
+The CLI owns every command's options (defined here, with cheap imports only) and loads the module that does
+the work only when that command runs: ``convforge infer`` imports no harness, report or MXNet code. To add a
+command: write ``_add_NAME(sub)`` (its parser, its options, ``set_defaults(func=...)`` with a function that
+imports the module doing the work) and list it in ``COMMANDS``.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import json
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
+from convforge import harness
 from convforge.console import print_table
 from convforge.errors import UserError
+from convforge.inference import load_for_inference, load_network, print_course_lines, wants_mxnet
 
 
 class _Parser(argparse.ArgumentParser):
@@ -47,54 +52,8 @@ def _add_mxnet_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--input-size", type=int, help="input size S (default: inferred from the weights)")
 
 
-def _wants_mxnet(args) -> bool:
-    return any(getattr(args, k, None) is not None for k in ("mxnet", "symbol", "params"))
-
-
-def _load_network(args):
-    """The network the options name: a preset (with --weights) or an MXNet checkpoint."""
-    if _wants_mxnet(args):
-        from convforge import mxnet
-        return mxnet.load_network(prefix=args.mxnet, epoch=args.epoch, symbol=args.symbol, params=args.params,
-                                  input_size=args.input_size)
-    from convforge.models import load_preset
-    return load_preset(args.model, args.weights)
-
-
-def _load_for_inference(args, annotate: bool = False):
-    """Load data and model as the course harness did, announcing each step unless --json."""
-    from convforge import data
-    say = (lambda *a, **k: None) if getattr(args, "json", False) else print
-    if not 1 <= args.images <= data.SPLIT_SIZES["test"]:
-        raise UserError(f"--images must be between 1 and {data.SPLIT_SIZES['test']}, got {args.images}")
-    from convforge import conv
-    from convforge.engine import resolve_device
-    device = resolve_device(args.device)
-    conv.resolve(args.impl, device)  # every option is checked before any output
-    if getattr(args, "streams", 0) and device != "cuda":
-        raise UserError("--streams overlaps host-to-device copies with GPU work: it needs --device cuda")
-    if getattr(args, "streams", 0) < 0:
-        raise UserError(f"--streams must be 1 or more, got {args.streams}")
-    network = _load_network(args)
-    # Load before announcing, so that a bad file or option leaves only the one error line.
-    dataset = data.load("test", network.architecture.input_size, args.images, args.data_dir)
-    say("Loading fashion-mnist data... done")
-    say("Loading model...", end=" ", flush=True)
-    from convforge.engine import Engine
-    engine = Engine(network, impl=args.impl, device=args.device, fuse=not args.no_fuse, annotate=annotate)
-    say("done")
-    return dataset, engine
-
-
-def print_course_lines(result) -> None:
-    """The course harness's lines: one Op Time per conv layer, then Correctness."""
-    for layer in result.layers:
-        print(f"Op Time: {layer.op_time_s:.6f}")
-    print(f"Correctness: {round(result.correctness, 6)} Model: {result.model}")
-
-
 def cmd_infer(args) -> int:
-    dataset, engine = _load_for_inference(args)
+    dataset, engine = load_for_inference(args)
     if not args.json:
         print("New Inference", flush=True)
     result = engine.run(dataset.images, dataset.labels)
@@ -126,9 +85,9 @@ def cmd_infer(args) -> int:
 # ----------------------------------------------------------------------------------- models, impls
 
 def cmd_models(args) -> int:
-    if _wants_mxnet(args):
+    if wants_mxnet(args):
         from convforge import mxnet
-        network = _load_network(args)
+        network = load_network(args)
         print(mxnet.describe(network, as_json=args.json))
         return 0
     from convforge.models import PRESETS, load_preset
@@ -177,26 +136,85 @@ def cmd_train(args) -> int:
     return 0
 
 
-# ------------------------------------------------------------------------------------------ main
+# -------------------------------------------------------- harness commands: the work in their modules
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="convforge", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+def cmd_verify(args) -> int:
+    from convforge.harness import verify
+    return verify.main(args)
 
+
+def cmd_bench(args) -> int:
+    from convforge.harness import bench
+    return bench.main(args)
+
+
+def cmd_profile(args) -> int:
+    from convforge.harness import profile
+    return profile.main(args)
+
+
+def cmd_report(args) -> int:
+    from convforge.harness import report
+    return report.main(args)
+
+
+def cmd_sweep(args) -> int:
+    from convforge.harness import sweep
+    return sweep.main(args)
+
+
+def cmd_export(args) -> int:
+    from convforge.mxnet import command
+    return command.main(args)
+
+
+# ------------------------------------------------------------------------------- options per command
+
+def _shape(text: str):
+    from convforge.models import ConvShape
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if len(values) != 6:
+        raise argparse.ArgumentTypeError(f"--shape takes B,M,C,H,W,K (six integers), got '{text}'")
+    shape = ConvShape(*values)
+    if min(values) < 1 or shape.H < shape.K or shape.W < shape.K:
+        raise argparse.ArgumentTypeError(f"--shape {text}: every value must be at least 1 and H, W at least K")
+    return shape
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got '{text}'")
+    return value
+
+
+def _add_infer(sub) -> None:
     p = sub.add_parser("infer", help="classify test images, printing Op Time per conv layer and Correctness")
     _add_model_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead")
     p.set_defaults(func=cmd_infer)
 
+
+def _add_models(sub) -> None:
     p = sub.add_parser("models", help="list the presets, or describe an MXNet checkpoint")
     p.add_argument("--json", action="store_true")
     _add_mxnet_options(p)
     p.set_defaults(func=cmd_models)
 
+
+def _add_impls(sub) -> None:
     p = sub.add_parser("impls", help="list the convolution implementations and whether they run here")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_impls)
 
+
+def _add_train(sub) -> None:
     p = sub.add_parser("train", help="train a preset on the 60000 training images, write safetensors")
     p.add_argument("preset")
     p.add_argument("--out", help="output file or folder (default ./PRESET.safetensors)")
@@ -207,24 +225,145 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_train)
 
-    # Harness and tool commands live in their own modules: each gives HELP, add_arguments(p), main(args).
-    for name, module_name in COMMAND_MODULES.items():
-        if importlib.util.find_spec(module_name) is None:
-            continue
-        module = importlib.import_module(module_name)
-        p = sub.add_parser(name, help=module.HELP, description=module.HELP)
-        module.add_arguments(p)
-        p.set_defaults(func=module.main)
+
+def _add_verify(sub) -> None:
+    text = "check every convolution implementation against the float64 reference (exit 1 on any failure)"
+    p = sub.add_parser("verify", help=text, description=text)
+    p.add_argument("--impl", nargs="+", metavar="NAME", help="implementations to check (default: all on the device)")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--seed", type=int, default=0, help="seed for the random shapes and data (default 0)")
+    p.add_argument("--cases", type=int, default=harness.DEFAULT_RANDOM_CASES,
+                   help=f"random shapes on top of the preset layers and edge shapes "
+                        f"(default {harness.DEFAULT_RANDOM_CASES})")
+    p.add_argument("--json", action="store_true", help="print a JSON list of results instead of the table")
+    p.set_defaults(func=cmd_verify)
+
+
+def _add_bench(sub) -> None:
+    from convforge.models import DEFAULT_PRESET
+    text = "time implementations against torch's convolution and this machine's roofline"
+    p = sub.add_parser("bench", help=text, description=text)
+    p.add_argument("--model", nargs="+", metavar="NAME",
+                   help=f"presets whose conv layers to time (default {DEFAULT_PRESET} unless --shape is given)")
+    p.add_argument("--shape", nargs="+", type=_shape, default=[], metavar="B,M,C,H,W,K",
+                   help="explicit layer shapes, each at its own batch size B")
+    p.add_argument("--images", nargs="+", type=_positive, default=list(harness.DEFAULT_BATCHES), metavar="B",
+                   help="batch sizes for the presets' layers (default %s)" % " ".join(map(str, harness.DEFAULT_BATCHES)))
+    p.add_argument("--impl", nargs="+", metavar="NAME",
+                   help="implementations to time (default: all available on the device but 'reference')")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--repeat", type=_positive, help="timed calls per case (default: adaptive, at least "
+                   f"{harness.MIN_REPEATS}, up to {harness.MAX_REPEATS} or --budget)")
+    p.add_argument("--warmup", type=int, default=harness.DEFAULT_WARMUP,
+                   help=f"untimed calls before timing, fewer if they take --budget (default {harness.DEFAULT_WARMUP})")
+    p.add_argument("--budget", type=float, default=harness.DEFAULT_BUDGET_S,
+                   help=f"seconds of timed calls per case once {harness.MIN_REPEATS} are in "
+                        f"(default {harness.DEFAULT_BUDGET_S:g})")
+    p.add_argument("--timing", choices=harness.TIMINGS, default="gpu",
+                   help="on a GPU: 'gpu' (default) times the kernels only (a spin kernel queued ahead of the start "
+                   "event hides the host's launch work); 'call' times each call as the engine's Op Time does, "
+                   "host launch work included (10-50 us, varying between processes). Rows record it (timing)")
+    output = p.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="print the rows as a JSON list instead of the table")
+    output.add_argument("--csv", action="store_true", help="print the rows as CSV instead of the table")
+    p.add_argument("--out", metavar="FILE", help="also write the rows to FILE (.json or .csv)")
+    p.add_argument("--report", metavar="DIR", help="also write a report (charts and tables) into DIR")
+    p.add_argument("--hugepages", action="store_true",
+                   help=f"run with torch's {harness.THP_ENV}=1 for the whole process, so that torch's CPU allocator "
+                   "page-aligns every tensor of 2 MiB or more and advises huge pages for it (madvise, as "
+                   "/sys/kernel/mm/transparent_hugepage/enabled allows): fewer first-touch page faults for "
+                   "every implementation, the torch baseline included, since all allocate their outputs "
+                   "through torch. An allocator setting applied to both sides, not a kernel speed-up. The "
+                   "bench re-executes itself when torch has already allocated. Default: the allocator as "
+                   "the environment sets it (plain 4 KiB pages unless the variable is set); every row "
+                   "records it (torch_thp_alloc)")
+    p.set_defaults(func=cmd_bench)
+
+
+def _add_profile(sub) -> None:
+    text = "one inference under torch.profiler: nvprof-style GPU activities and API calls tables, optional trace"
+    p = sub.add_parser("profile", help=text, description=text)
+    _add_model_options(p)
+    g = p.add_argument_group("profile")
+    g.add_argument("--trace", metavar="FILE",
+                   help="also write a Chrome/Perfetto trace (open in ui.perfetto.dev); FILE.gz is gzipped")
+    g.add_argument("--warmup", type=int, default=1, metavar="N",
+                   help="unprofiled passes first, so one-time work (compiling, autotuning, lazy loading, allocator "
+                        "growth) stays out of the tables; 0 profiles a cold start as nvprof did (default 1)")
+    g.add_argument("--cut", type=float, default=harness.DEFAULT_CUT_PERCENT, metavar="PERCENT",
+                   help=f"end each table where the cumulative share reaches PERCENT; 100 shows every row "
+                        f"(default {harness.DEFAULT_CUT_PERCENT:g})")
+    g.add_argument("--name-width", type=int, default=harness.DEFAULT_NAME_WIDTH, metavar="N",
+                   help=f"shorten longer kernel names (parameter list first); 0 prints them whole "
+                        f"(default {harness.DEFAULT_NAME_WIDTH})")
+    p.set_defaults(func=cmd_profile)
+
+
+def _add_report(sub) -> None:
+    text = "turn bench result files (CSV/JSON) into PNG charts, one self-contained HTML page and a markdown table"
+    p = sub.add_parser("report", help=text, description=text)
+    p.add_argument("results", nargs="+", metavar="RESULTS", help="bench result files (.csv or .json)")
+    p.add_argument("--out", required=True, metavar="DIR", help="folder for the charts, summary.md and report.html")
+    p.set_defaults(func=cmd_report)
+
+
+def _add_sweep(sub) -> None:
+    text = "check and time implementations and their tuning variants on every preset layer, or compile Triton's sm_90 code"
+    p = sub.add_parser("sweep", help=text, description=text)
+    p.add_argument("--impl", nargs="+", metavar="NAME", help="implementations (default: all on the device but "
+                   "'reference'; with --sass: triton-direct triton-fused-layer)")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--layers", default="", metavar="A,B", help="preset layers by label ('fa18 L2') or model prefix "
+                   "('fa17'), comma-separated (default: every distinct preset layer)")
+    p.add_argument("--batch", type=int, default=10000, help="images per timed call (default 10000)")
+    p.add_argument("--check-batch", type=int, default=2, help="images checked against float64 per call (default 2)")
+    p.add_argument("--repeat", type=int, default=10, help="timed calls per row, the median is reported (default 10)")
+    p.add_argument("--warmup", type=int, default=harness.DEFAULT_WARMUP,
+                   help=f"untimed calls first (default {harness.DEFAULT_WARMUP})")
+    p.add_argument("--timing", choices=harness.TIMINGS, default="gpu", help="as bench's --timing (default gpu)")
+    p.add_argument("--unfused", action="store_true", help="also time fusing implementations without their fusion")
+    g = p.add_argument_group("tuning variants")
+    g.add_argument("--variants", action="store_true", help="also time each implementation's candidate configurations")
+    g.add_argument("--candidates", type=int, default=16, metavar="N",
+                   help="with --variants: the N best-modelled launch shapes of cuda-fused-gemm/-layer (default 16)")
+    g.add_argument("--configs", default="", metavar="K=V[,K=V];...",
+                   help="instead: each layer's chosen configuration, and it with these fields changed")
+    g.add_argument("--jobs", type=int, default=0, metavar="N", help="compile the CUDA variants first in N processes")
+    g.add_argument("--write-auto", metavar="FILE", help="write cuda-auto's table: per layer and pool the fastest "
+                   "exact CUDA kernel and configuration of this run")
+    g.add_argument("--json", metavar="FILE", help="also write every row to FILE")
+    g = p.add_argument_group("Triton's sm_90 code (no GPU needed)")
+    g.add_argument("--sass", action="store_true", help="compile instead of running: registers, FFMA share of the hot "
+                   "loop, spills, shared memory per kernel")
+    g.add_argument("--arch", type=int, default=90, help="compute capability to compile for (default 90)")
+    g.add_argument("--baked", action="store_true", help="the direct and fused kernels with baked weights")
+    p.set_defaults(func=cmd_sweep)
+
+
+def _add_export(sub) -> None:
+    from convforge.models import DEFAULT_PRESET
+    text = "write a preset (or a weights file) as an MXNet checkpoint: PREFIX-symbol.json and PREFIX-EPOCH.params"
+    p = sub.add_parser("export", help=text, description=text)
+    p.add_argument("--mxnet", metavar="PREFIX", required=True,
+                   help="write PREFIX-symbol.json and PREFIX-EPOCH.params (the folder must exist)")
+    p.add_argument("--model", default=DEFAULT_PRESET, help=f"preset name (default {DEFAULT_PRESET})")
+    p.add_argument("--weights", help="safetensors file to use instead of the preset's shipped weights")
+    p.add_argument("--epoch", type=int, default=0, help="the epoch number in the file name (default 0)")
+    p.set_defaults(func=cmd_export)
+
+
+# ------------------------------------------------------------------------------------------ main
+
+COMMANDS = (_add_infer, _add_models, _add_impls, _add_train, _add_verify, _add_bench, _add_profile, _add_sweep,
+            _add_report, _add_export)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="convforge", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+    for add in COMMANDS:
+        add(sub)
     return parser
-
-
-COMMAND_MODULES = {
-    "verify": "convforge.harness.verify",
-    "bench": "convforge.harness.bench",
-    "profile": "convforge.harness.profile",
-    "report": "convforge.harness.report",
-    "export": "convforge.mxnet",
-}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

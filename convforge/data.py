@@ -11,7 +11,6 @@ import gzip
 import hashlib
 import os
 import struct
-import tempfile
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from convforge.errors import UserError
+from convforge.files import write_atomically, write_files_atomically
 
 SYSTEM_DIR = Path("/usr/share/datasets/fashion-mnist")
 OFFICIAL_URL = "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/"
@@ -196,17 +196,7 @@ class Dataset:
 
 def _atomic_write(path: Path, payload: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(payload)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would hide a shared cache from other users
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_files_atomically({path: payload})
 
 
 def _cached_resize(images: np.ndarray, size: int, key: str) -> np.ndarray:
@@ -221,10 +211,7 @@ def _cached_resize(images: np.ndarray, size: int, key: str) -> np.ndarray:
     resized = course_resize(images, size)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npy")
-        with os.fdopen(fd, "wb") as handle:
-            np.save(handle, resized)
-        os.replace(tmp, path)
+        write_atomically(path, lambda tmp: np.save(tmp, resized), suffix=".npy")
     except OSError:
         pass  # a read-only cache only costs speed
     return resized

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Optional
+from typing import Optional, Union
 
 import numpy as np
 import torch
@@ -127,18 +127,18 @@ class _Step:
 class Engine:
     """A network bound to one convolution implementation on one device, prepared once, run many times."""
 
-    def __init__(self, network: Network, impl: str = "auto", device: str = "auto", fuse: bool = True,
-                 chunk: Optional[int] = None, annotate: bool = False, precision: str = "exact"):
+    def __init__(self, network: Network, impl: Union[str, conv.ConvImpl] = "auto", device: str = "auto",
+                 fuse: bool = True, chunk: Optional[int] = None, annotate: bool = False, precision: str = "exact"):
         self.network = network
         self.device = resolve_device(device)
-        self.impl = conv.resolve(impl, self.device)
+        # A registry entry is taken as resolved by the caller (the CLI checks it once); a name is resolved here.
+        self.impl = impl if isinstance(impl, conv.ConvImpl) else conv.resolve(impl, self.device)
         if precision not in PRECISIONS:
             raise UserError(f"unknown precision '{precision}'; choose {' or '.join(PRECISIONS)}")
         if precision == "fast" and self.device != "cuda":
             raise UserError("--precision fast runs on tensor cores: it needs --device cuda")
         self.precision = precision
         self.params = {k: v.to(self.device) for k, v in network.params.items()}
-
         arch = network.architecture
         self.annotate = annotate  # name each layer in profiler traces (record_function + NVTX)
         self.chunk = chunk or max(1, CHUNK_BYTES[self.device] // (4 * arch.max_activation_elements()))

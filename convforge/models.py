@@ -248,28 +248,11 @@ class Network:
     def save(self, path: str | Path, metadata: Optional[dict[str, str]] = None) -> None:
         """Write float16 safetensors with the architecture and metadata in the header; atomic."""
         from safetensors.torch import save_file
-        import os
-        import tempfile
+        from convforge.files import write_atomically
         meta = {**self.metadata, **(metadata or {}), "architecture": self.architecture.name}
         tensors = {k: v.to(torch.float16).contiguous() for k, v in self.params.items()}
         path = Path(path)
-        fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", suffix=".safetensors")
-        os.close(fd)
-        try:
-            save_file(tensors, tmp, metadata=meta)
-            _readable_by_all(tmp)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-
-
-def _readable_by_all(path) -> None:
-    """mkstemp makes 0600 files; give the final file the usual umask-derived mode."""
-    import os
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(path, 0o666 & ~umask)
+        write_atomically(path, lambda tmp: save_file(tensors, tmp, metadata=meta), suffix=".safetensors")
 
 
 def read_safetensors(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:

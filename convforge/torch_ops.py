@@ -59,8 +59,9 @@ import torch
 import torch.nn.functional as F
 
 from convforge.errors import UserError
+from convforge.files import write_atomically
+from convforge.models import ACTIVATIONS
 
-ACTIVATIONS = ("none", "relu", "tanh", "sigmoid")
 CACHE_FILE = "auto_choices.json"
 CACHE_VERSION = 1
 BUDGET_ENV = "CONVFORGE_AUTO_BUDGET_S"
@@ -135,8 +136,8 @@ def _call_of(op: str, x: torch.Tensor, weight: torch.Tensor, bias, stride, paddi
                         f"{tuple(weight.shape)}; add a batch dimension with x.unsqueeze(0)")
     if x.shape[1] != weight.shape[1]:
         raise UserError(f"input has {x.shape[1]} channels but the weight expects {weight.shape[1]}")
-    if activation not in ACTIVATIONS:
-        raise UserError(f"unknown activation '{activation}'; choose one of: {', '.join(ACTIVATIONS)}")
+    if activation not in _ACT_FN:
+        raise UserError(f"unknown activation '{activation}'; choose one of: {', '.join(_ACT_FN)}")
     if int(pool) < 1:
         raise UserError(f"pool must be >= 1, got {pool}")
     dtype = str(x.dtype).replace("torch.", "") if x.dtype == weight.dtype else f"{x.dtype}/{weight.dtype}"
@@ -156,7 +157,7 @@ def _pair(v) -> tuple[int, int]:
 
 # ----------------------------------------------------------------------------------------- torch paths
 
-_ACT_FN = {"none": lambda y: y, "relu": torch.relu, "tanh": torch.tanh, "sigmoid": torch.sigmoid}
+_ACT_FN = {"none": lambda y: y, **ACTIVATIONS}   # the networks' activation table, and none
 
 
 def torch_forward(call: Call, x, weight, bias) -> torch.Tensor:
@@ -346,10 +347,8 @@ def _write_cache(path: Path, key: str, record: dict) -> None:
                 pass
             choices = _read_cache(path)
             choices[key] = record
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-            tmp.write_text(json.dumps({"version": CACHE_VERSION, "choices": choices}, indent=1, sort_keys=True),
-                           encoding="utf-8")
-            os.replace(tmp, path)
+            write_atomically(path, lambda tmp: Path(tmp).write_text(
+                json.dumps({"version": CACHE_VERSION, "choices": choices}, indent=1, sort_keys=True), encoding="utf-8"))
     except OSError:
         pass   # an unwritable cache only costs a re-measurement in the next process
 
@@ -386,7 +385,7 @@ def relative_difference(a: torch.Tensor, b: torch.Tensor) -> float:
         x, y = (a[i:i + step], b[i:i + step]) if b.dim() else (a, b)
         if not torch.isfinite(x).all():
             return float("inf")
-        x, y = x.double(), y.double()
+        x, y = x.to(torch.float64), y.to(torch.float64)
         num += float((x - y).square().sum())
         den += float(y.square().sum())
     return (num ** 0.5) / (den ** 0.5 if den > 0 else 1.0)

@@ -74,7 +74,7 @@ SWEEP_FUSED = [(64, 1, 16, 28, 5, 0, True), (64, 3, 16, 32, 3, 1, True), (8, 24,
 
 def environment() -> dict:
     """bench's record of the machine and library versions, with auto's time budget."""
-    from convforge.harness.bench import environment as bench_environment
+    from convforge.harness.probes import environment as bench_environment
     env = bench_environment(DEVICE)
     if DEVICE != "cuda":
         env["gpu"] = torch_ops.machine_key(torch.device("cpu"))

@@ -2,7 +2,8 @@
 # One device call that checks and measures every GPU implementation (see benchmarks/RESULTS.md):
 # verify, correctness on every preset, memcheck/racecheck, the B=10000 bench with cuDNN, a profile.
 # Usage on the device machine: bash scripts/device_gpu.sh [stage ...]
-#   stages: verify correct sanitize streams bench profile sass
+#   stages: verify correct sanitize streams bench profile sass sweep
+#   SWEEP_IMPLS / SWEEP_ARGS: what 'sweep' times (default: the tuned CUDA and Triton kernels, no variants)
 #   env: VERIFY_IMPLS / BENCH_IMPLS / SANITIZE_IMPLS (default: every implementation of the stage), VERIFY_CASES
 #   (random shapes per implementation), BENCH_TAG (bench file name prefix), BENCH_MODELS (default: every preset; one JSON file per preset, so a
 #   stage cut short keeps what it finished)
@@ -42,6 +43,10 @@ if has sass; then     # cuda-direct's fa17 L1 kernel: how many FFMAs take their 
   opts=$(python3 -c "from convforge.conv import cuda_direct as d; print(' '.join(d.kernel_specs(50, 1, 28, 28, 5)[0].options()))")
   nvcc -arch=sm_90 -cubin $opts -o /tmp/direct_fa17.cubin convforge/conv/cuda/direct.cu && cuobjdump -sass /tmp/direct_fa17.cubin > "$OUT/direct_fa17.sass"
   echo "SASS: $(grep -c 'FFMA' "$OUT/direct_fa17.sass") FFMA, $(grep -c 'FFMA.*c\[0x3\]' "$OUT/direct_fa17.sass") with a c[0x3] operand, $(grep -cE '^\s+/\*[0-9a-f]{4}\*/' "$OUT/direct_fa17.sass") instructions"
+fi
+if has sweep; then   # check + time per preset layer against the measured roofline floor (convforge sweep)
+  python3 -m convforge sweep --device cuda --impl ${SWEEP_IMPLS:-cuda-direct cuda-fused-gemm cuda-fused-layer cuda-auto triton-direct triton-fused-layer} \
+    ${SWEEP_ARGS:-} --json "$OUT/sweep.json" 2>&1 | tee "$OUT/sweep.txt" | tail -45
 fi
 if has profile; then
   python3 -m convforge profile --device cuda --images 10000 --impl ${PROFILE_IMPL:-cuda-fused-gemm} --trace "$OUT/trace.json" 2>&1 | tail -30

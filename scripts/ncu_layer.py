@@ -11,7 +11,7 @@ import argparse
 import torch
 
 from convforge import conv
-from convforge.conv.cuda_smoke import preset_layers
+from convforge.harness.sweep import preset_layers
 
 p = argparse.ArgumentParser()
 p.add_argument("--impl", required=True)
@@ -20,7 +20,9 @@ p.add_argument("--batch", type=int, default=10000)
 p.add_argument("--fused", action="store_true")
 p.add_argument("--config", default="", help="launch config as JSON (implementations that take config=)")
 a = p.parse_args()
-label, (M, C, H, W, K), fusion = next(l for l in preset_layers() if l[0] == a.layer)
+spec = next(s for s in preset_layers() if s.label == a.layer)
+label, fusion = spec.label, spec.fusion
+M, C, H, W, K = spec.shape.M, spec.shape.C, spec.shape.H, spec.shape.W, spec.shape.K
 torch.manual_seed(0)
 x = torch.rand(a.batch, C, H, W, device="cuda") * 255
 w = torch.randn(M, C, K, K, device="cuda") * 0.05

@@ -16,9 +16,9 @@ import numpy as np
 import torch
 
 from convforge import conv
-from convforge.harness.bench import time_calls
+from convforge.harness.timing import time_calls
 from convforge.harness.check import random_case
-from convforge.conv.cuda_smoke import preset_layers
+from convforge.harness.sweep import preset_layers
 from convforge.harness.gpu_clocks import GpuSampler
 
 
@@ -34,7 +34,8 @@ def main() -> None:
     rng = np.random.default_rng(0)
     torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.allow_tf32 = False
-    for label, (M, C, H, W, K), _ in preset_layers():
+    for spec in preset_layers():
+        label, (M, C, H, W, K) = spec.label, (spec.shape.M, spec.shape.C, spec.shape.H, spec.shape.W, spec.shape.K)
         if label not in wanted:
             continue
         B = args.batch

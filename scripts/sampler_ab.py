@@ -12,8 +12,8 @@ import statistics
 import torch
 
 from convforge import conv
-from convforge.conv.cuda_smoke import preset_layers
-from convforge.harness.bench import rotated_inputs, time_calls
+from convforge.harness.sweep import preset_layers
+from convforge.harness.timing import rotated_inputs, time_calls
 
 p = argparse.ArgumentParser()
 p.add_argument("--layer", default="fa17 L1")
@@ -23,7 +23,9 @@ p.add_argument("--repeat", type=int, default=50)
 a = p.parse_args()
 torch.backends.cudnn.allow_tf32 = False
 torch.backends.cudnn.benchmark = True
-label, (M, C, H, W, K), _ = next(l for l in preset_layers() if l[0] == a.layer)
+spec = next(s for s in preset_layers() if s.label == a.layer)
+label = spec.label
+M, C, H, W, K = spec.shape.M, spec.shape.C, spec.shape.H, spec.shape.W, spec.shape.K
 g = torch.Generator().manual_seed(0)
 x = (torch.rand(10000, C, H, W, generator=g) * 255).cuda()
 w = (torch.randn(M, C, K, K, generator=g) * 0.05).cuda()

@@ -14,8 +14,8 @@ import os
 import torch
 
 from convforge import conv
-from convforge.conv.cuda_smoke import preset_layers
-from convforge.harness.bench import rotated_inputs, time_calls
+from convforge.harness.sweep import preset_layers
+from convforge.harness.timing import rotated_inputs, time_calls
 from convforge.harness.gpu_clocks import device_uuid
 
 p = argparse.ArgumentParser()
@@ -37,7 +37,8 @@ def median_ms(fn, inputs, timing):
 torch.backends.cudnn.allow_tf32 = False
 out = [f"pid {os.getpid()} {device_uuid(0)}"]
 keep = []
-for label, (M, C, H, W, K), _ in preset_layers():
+for spec in preset_layers():
+    label, (M, C, H, W, K) = spec.label, (spec.shape.M, spec.shape.C, spec.shape.H, spec.shape.W, spec.shape.K)
     if label not in a.layers.split(","):
         continue
     g = torch.Generator().manual_seed(0)

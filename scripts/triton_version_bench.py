@@ -43,7 +43,9 @@ def compile_kernels(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     wanted = [w.strip() for w in args.layers.split(",")]
-    for label, s, fusion in common.preset_layers():
+    from convforge.harness.sweep import preset_layers, sass_stats
+    for spec in preset_layers():
+        label, s, fusion = spec.label, spec.shape, spec.fusion
         if label not in wanted:
             continue
         for kind in args.kinds.split(","):
@@ -62,7 +64,7 @@ def compile_kernels(args) -> int:
                 attrs = {(i,): [["tt.divisibility", 16]] for i in range(len(POINTERS) + 1)}
                 compiled = triton.compile(ASTSource(fn, signature=signature, constexprs=c, attrs=attrs),
                                           target=GPUTarget("cuda", 90, 32), options=options)
-                stats = common._sass_stats(compiled)
+                stats = sass_stats(compiled)
                 entry = re.search(r"\.entry\s+\w+\s*\((.*?)\)", compiled.asm["ptx"], re.S).group(1)
                 tag = f"{label.replace(' ', '')}-{kind}-{str(cfg).replace(' ', '_').replace('<=', '')}-t{triton.__version__}"
                 (out / f"{tag}.cubin").write_bytes(compiled.asm["cubin"])
@@ -117,7 +119,7 @@ def _cubin_launcher(meta: dict, path: Path, weight: torch.Tensor):
 
 def time_kernels(args) -> int:  # pragma: no cover - needs a GPU
     import triton
-    from convforge.harness.bench import rotated_inputs, time_calls
+    from convforge.harness.timing import rotated_inputs, time_calls
     from convforge.harness.check import poisoned, reference_layer, relative_error
     torch.backends.cudnn.allow_tf32 = False
     metas = sorted((json.loads(p.read_text()) for p in Path(args.folder).glob("*.json")),

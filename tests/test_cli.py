@@ -153,3 +153,17 @@ def test_train_writes_nothing_on_bad_preset(cli, tmp_path):
     code, out, err = cli("train", "nope", "--out", tmp_path)
     assert code == 2 and list(tmp_path.iterdir()) == []
     _single_error_line(err)
+
+
+def test_infer_imports_no_harness_report_or_mxnet_code():
+    """Each command loads only what it needs: 'infer --help' must not pull in bench, report, profile, verify
+    or the MXNet reader (python -X importtime lists every module a process imports)."""
+    import subprocess
+    import sys
+    run = subprocess.run([sys.executable, "-X", "importtime", "-m", "convforge", "infer", "--help"],
+                         capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+    assert run.returncode == 0, run.stderr
+    imported = {line.rsplit("|", 1)[1].strip() for line in run.stderr.splitlines() if line.startswith("import time:")}
+    assert "convforge.cli" in imported  # the listing is real
+    heavy = {m for m in imported if re.match(r"convforge\.(harness\.(bench|report|profile|verify)|mxnet)\b", m)}
+    assert not heavy, heavy

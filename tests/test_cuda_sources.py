@@ -15,7 +15,6 @@ import pytest
 from convforge.conv import cuda_common as cc
 from convforge.conv import (cuda_constmem, cuda_direct, cuda_fused_gemm, cuda_fused_layer, cuda_naive, cuda_tc,
                             cuda_tiled, cuda_unroll_gemm)
-from convforge.models import PRESETS
 
 from conftest import nvcc_path
 
@@ -26,17 +25,12 @@ CUDA_MODULES = ("cuda_naive", "cuda_tiled", "cuda_constmem", "cuda_unroll_gemm",
 
 
 def _preset_layers():
-    """Every distinct preset conv layer with the max pool a fusing kernel would absorb (1 = none)."""
-    from convforge.models import fusion_after
+    """Every distinct preset conv layer with the max pool a fusing kernel would absorb (None = none)."""
+    from convforge.harness.sweep import preset_layers
     seen = {}
-    for preset in PRESETS.values():
-        walk = list(preset.architecture.walk())
-        for i, (layer, _, shape_in, _) in enumerate(walk):
-            if type(layer).__name__ != "Conv":
-                continue
-            shape = (layer.out_channels, *shape_in, layer.kernel)
-            fusion = fusion_after(walk, i)
-            seen.setdefault(shape, fusion[:2] if fusion else None)
+    for spec in preset_layers():
+        s = spec.shape
+        seen.setdefault((s.M, s.C, s.H, s.W, s.K), spec.fusion)
     return seen
 
 

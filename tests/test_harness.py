@@ -18,8 +18,8 @@ import torch.nn.functional as F
 
 from convforge import conv
 from convforge.conv import ConvImpl
-from convforge.harness import bench, verify
-from convforge.harness.check import REFERENCE_ACTIVATIONS, check_call, random_case, reference_layer
+from convforge.harness import bench, probes, timing, verify
+from convforge.harness.check import check_call, random_case, reference_layer
 from convforge.models import ACTIVATIONS, PRESETS, ConvShape
 
 
@@ -175,7 +175,6 @@ def test_fused_reference_matches_torch_in_float64():
             y = ACTIVATIONS[activation](y) if activation else y
             want = F.max_pool2d(y, pool).numpy()
             np.testing.assert_allclose(reference_layer(x, w, b, activation, pool), want, rtol=1e-12, atol=1e-12)
-    assert set(REFERENCE_ACTIVATIONS) == set(ACTIVATIONS)
 
 
 def test_cases_cover_presets_and_random_shapes_within_ranges():
@@ -245,26 +244,26 @@ def test_verify_reports_a_module_that_fails_to_load(monkeypatch):
 
 # ------------------------------------------------------------------------------------------- bench
 
-FAKE_CEILINGS = bench.Ceilings(copy_gbps=10.0, matmul_gflops=100.0)
+FAKE_CEILINGS = probes.Ceilings(copy_gbps=10.0, matmul_gflops=100.0)
 
 
 def test_time_calls_counts_warmup_and_repeats():
     calls = []
-    times = bench.time_calls(calls.append, [torch.zeros(1)], "cpu", warmup=2, repeat=5)
+    times = timing.time_calls(calls.append, [torch.zeros(1)], "cpu", warmup=2, repeat=5)
     assert len(times) == 5 and len(calls) == 7
     calls.clear()
-    times = bench.time_calls(calls.append, [torch.zeros(1)], "cpu", warmup=0, budget_s=1e-9)
-    assert len(times) == bench.MIN_REPEATS
+    times = timing.time_calls(calls.append, [torch.zeros(1)], "cpu", warmup=0, budget_s=1e-9)
+    assert len(times) == timing.MIN_REPEATS
 
 
 def test_rotation_covers_twice_the_l2_cache():
     l2 = 50 << 20
     fa17_b10 = 4 * 10 * 28 * 28
-    copies = bench.rotation_copies(fa17_b10, l2)
+    copies = timing.rotation_copies(fa17_b10, l2)
     assert copies * fa17_b10 > 2 * l2 and (copies - 1) * fa17_b10 <= 2 * l2 + fa17_b10
-    assert bench.rotation_copies(400 << 20, l2) == 2
-    assert bench.rotation_copies(16, l2) == bench.MAX_ROTATION_COPIES
-    assert len(bench.rotated_inputs(torch.zeros(2, 1, 4, 4))) == 1  # CPU inputs are not rotated
+    assert timing.rotation_copies(400 << 20, l2) == 2
+    assert timing.rotation_copies(16, l2) == timing.MAX_ROTATION_COPIES
+    assert len(timing.rotated_inputs(torch.zeros(2, 1, 4, 4))) == 1  # CPU inputs are not rotated
 
 
 def test_run_bench_rows_baselines_and_fused_floor():
@@ -361,7 +360,7 @@ def test_time_calls_reports_page_faults_and_load_of_the_timed_calls():
     touched = []
     load: dict = {}
     # Each timed call touches a fresh 4 MiB tensor: about 1024 minor faults (fewer with huge pages).
-    times = bench.time_calls(lambda x: touched.append(torch.ones(1 << 20).sum()), [torch.zeros(1)], "cpu",
+    times = timing.time_calls(lambda x: touched.append(torch.ones(1 << 20).sum()), [torch.zeros(1)], "cpu",
                              warmup=1, repeat=4, load=load)
     assert len(times) == 4 and set(load) == set(LOAD_KEYS)
     assert load["minflt_per_call"] >= 0 and load["loadavg_1m"] is not None and load["loadavg_1m"] >= 0
@@ -370,41 +369,41 @@ def test_time_calls_reports_page_faults_and_load_of_the_timed_calls():
 
 
 def test_load_fields_arithmetic():
-    before = bench.Counters(wall_s=10.0, minflt=100, own_cpu_s=1.0, busy_s=50.0, steal_s=2.0)
-    after = bench.Counters(wall_s=12.0, minflt=700, own_cpu_s=4.0, busy_s=54.0, steal_s=2.5)
-    fields = bench.load_fields(before, after, calls=3)
+    before = timing.Counters(wall_s=10.0, minflt=100, own_cpu_s=1.0, busy_s=50.0, steal_s=2.0)
+    after = timing.Counters(wall_s=12.0, minflt=700, own_cpu_s=4.0, busy_s=54.0, steal_s=2.5)
+    fields = timing.load_fields(before, after, calls=3)
     cores = os.cpu_count()
     assert fields["minflt_per_call"] == 200
     assert fields["other_cpu_pct"] == pytest.approx(100 * (4.0 - 3.0) / (2.0 * cores))
     assert fields["steal_pct"] == pytest.approx(100 * 0.5 / (2.0 * cores))
-    unknown = bench.Counters(wall_s=12.0, minflt=700, own_cpu_s=4.0, busy_s=None, steal_s=None)
-    assert bench.load_fields(before, unknown, calls=3)["other_cpu_pct"] is None
+    unknown = timing.Counters(wall_s=12.0, minflt=700, own_cpu_s=4.0, busy_s=None, steal_s=None)
+    assert timing.load_fields(before, unknown, calls=3)["other_cpu_pct"] is None
 
 
 def test_rows_record_the_allocation_environment_and_load():
     cases = bench.bench_cases([], [ConvShape(2, 4, 1, 12, 12, 3)], [])
-    ceilings = bench.Ceilings(copy_gbps=10.0, matmul_gflops=100.0, fma_gflops=300.0)
+    ceilings = probes.Ceilings(copy_gbps=10.0, matmul_gflops=100.0, fma_gflops=300.0)
     (row,) = bench.run_bench(cases, [conv.get("torch")], "cpu", ceilings, warmup=0, repeat=3,
                              show_progress=False).rows
     assert tuple(row) == bench.ROW_KEYS and row["fma_gflops"] == 300.0
     assert all(row[key] is None or row[key] >= 0 for key in LOAD_KEYS) and row["minflt_per_call"] is not None
-    assert row["thp_enabled"] == bench.thp_setting("enabled") and row["thp_defrag"] == bench.thp_setting("defrag")
-    assert row["torch_thp_alloc"] == bench.torch_thp_alloc()
+    assert row["thp_enabled"] == probes.thp_setting("enabled") and row["thp_defrag"] == probes.thp_setting("defrag")
+    assert row["torch_thp_alloc"] == probes.torch_thp_alloc()
 
 
 def test_thp_setting_reads_the_selected_value(tmp_path, monkeypatch):
     (tmp_path / "enabled").write_text("always [madvise] never\n")
     (tmp_path / "defrag").write_text("always defer defer+madvise [madvise] never\n")
-    monkeypatch.setattr(bench, "THP_SYSFS", tmp_path)
-    assert bench.thp_setting("enabled") == "madvise" and bench.thp_setting("defrag") == "madvise"
-    assert bench.thp_setting("no-such-file") is None
+    monkeypatch.setattr(probes, "THP_SYSFS", tmp_path)
+    assert probes.thp_setting("enabled") == "madvise" and probes.thp_setting("defrag") == "madvise"
+    assert probes.thp_setting("no-such-file") is None
 
 
 @pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs Linux /proc/self/smaps")
 def test_torch_thp_alloc_follows_the_environment_torch_started_with():
     """torch reads THP_MEM_ALLOC_ENABLE once, at its first allocation: the probe sees what it read."""
     code = ("import os, torch; torch.empty(1); os.environ['THP_MEM_ALLOC_ENABLE'] = '1'\n"
-            "from convforge.harness import bench; print(bench.torch_thp_alloc())")
+            "from convforge.harness import probes; print(probes.torch_thp_alloc())")
     for value, expected in ((None, "False"), ("1", "True")):
         env = {k: v for k, v in os.environ.items() if k != bench.THP_ENV}
         if value is not None:
@@ -415,14 +414,14 @@ def test_torch_thp_alloc_follows_the_environment_torch_started_with():
 
 def test_hugepages_in_process_after_torch_allocated_is_a_user_error(cli, monkeypatch):
     monkeypatch.delenv(bench.THP_ENV, raising=False)
-    monkeypatch.setattr(bench, "torch_thp_alloc", lambda: False)  # as in a process whose torch already allocated
+    monkeypatch.setattr(probes, "torch_thp_alloc", lambda: False)  # as in a process whose torch already allocated
     code, out, err = cli("bench", "--shape", "1,2,1,6,6,3", "--impl", "torch", "--device", "cpu", "--hugepages")
     assert code == 2 and not out and "THP_MEM_ALLOC_ENABLE=1" in err
     assert bench.THP_ENV not in os.environ  # left as it was
 
 
 def test_hugepages_accepted_when_torch_takes_it(cli, monkeypatch):
-    monkeypatch.setattr(bench, "torch_thp_alloc", lambda: True)
+    monkeypatch.setattr(probes, "torch_thp_alloc", lambda: True)
     monkeypatch.setattr(bench, "measure_ceilings", lambda device: FAKE_CEILINGS)
     code, out, _ = cli("bench", "--shape", "1,2,1,6,6,3", "--impl", "torch", "--device", "cpu", "--repeat", "3",
                        "--hugepages", "--json")
@@ -435,10 +434,10 @@ def test_hugepages_restarts_a_command_whose_torch_already_allocated(tmp_path):
     script = tmp_path / "bench_after_allocating.py"
     script.write_text("import os, sys, torch\n"
                       "torch.empty(1)  # torch's allocator reads THP_MEM_ALLOC_ENABLE now (unset)\n"
-                      "from convforge.harness import bench\n"
-                      "bench.use_hugepages()\n"
-                      "print(bench.torch_thp_alloc(), os.environ.get(bench.RESTARTED_ENV))\n")
-    env = {k: v for k, v in os.environ.items() if k not in (bench.THP_ENV, bench.RESTARTED_ENV)}
+                      "from convforge.harness import probes\n"
+                      "probes.use_hugepages()\n"
+                      "print(probes.torch_thp_alloc(), os.environ.get(probes.RESTARTED_ENV))\n")
+    env = {k: v for k, v in os.environ.items() if k not in (bench.THP_ENV, probes.RESTARTED_ENV)}
     env["PYTHONPATH"] = os.pathsep.join([str(Path(bench.__file__).parents[2]), env.get("PYTHONPATH", "")])
     out = subprocess.run([sys.executable, str(script), "bench", "--hugepages"], env=env, capture_output=True,
                          text=True, check=True)
@@ -447,9 +446,9 @@ def test_hugepages_restarts_a_command_whose_torch_already_allocated(tmp_path):
 
 def test_fma_probe_source_compiles_and_measures():
     pytest.importorskip("numba")
-    assert bench.fma_peak_gflops(1, budget_s=0.01) > 0
-    source = bench.fma_source()
-    assert source.count(" * a + b") == bench.FMA_CHAINS * bench.FMA_DEPTH
+    assert probes.fma_peak_gflops(1, budget_s=0.01) > 0
+    source = probes.fma_source()
+    assert source.count(" * a + b") == probes.FMA_CHAINS * probes.FMA_DEPTH
 
 
 # ------------------------------------------------------------------------ GPU clock sampling
@@ -521,7 +520,7 @@ def test_gpu_sampler_without_a_device_gives_empty_fields():
 def test_gpu_bench_rows_carry_the_sampled_clock():
     load: dict = {}
     x = torch.randn(256, 1024, 1024, device="cuda")
-    bench.time_calls(lambda t: t.mul_(1.0), [x], "cuda", repeat=20, load=load)
+    timing.time_calls(lambda t: t.mul_(1.0), [x], "cuda", repeat=20, load=load)
     assert 100 <= load["sm_clock_mhz_min"] <= load["sm_clock_mhz_median"] <= load["sm_clock_mhz_max"] < 5000
     assert load["power_w_max"] > 0 and load["temp_c_max"] > 0
 
@@ -529,19 +528,19 @@ def test_gpu_bench_rows_carry_the_sampled_clock():
 def test_environment_names_the_gpu_only_on_a_gpu():
     """Bench rows say which physical GPU they ran on (its UUID) on CUDA, and carry no GPU fields on a CPU run."""
     from convforge.harness import bench
-    env = bench.environment("cpu")
+    env = probes.environment("cpu")
     assert env["gpu"] is None and env["gpu_uuid"] is None
     assert set(env) <= set(bench.ROW_KEYS)
     if torch.cuda.is_available():
-        assert bench.environment("cuda")["gpu_uuid"].startswith("GPU-")
+        assert probes.environment("cuda")["gpu_uuid"].startswith("GPU-")
 
 
 def test_gpu_timing_choice():
     """'gpu' timing queues a spin ahead of the start event only on CUDA; 'call' never does; others are refused."""
-    assert bench.lead_cycles("cpu", "gpu") == 0 and bench.lead_cycles("cuda", "call") == 0
-    assert bench.lead_cycles("cuda", "gpu") == (bench.LEAD_CYCLES if hasattr(torch.cuda, "_sleep") else 0)
+    assert timing.lead_cycles("cpu", "gpu") == 0 and timing.lead_cycles("cuda", "call") == 0
+    assert timing.lead_cycles("cuda", "gpu") == (timing.LEAD_CYCLES if hasattr(torch.cuda, "_sleep") else 0)
     with pytest.raises(ValueError, match="timing must be one of"):
-        bench.lead_cycles("cuda", "wall")
+        timing.lead_cycles("cuda", "wall")
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -554,6 +553,6 @@ def test_gpu_timing_leaves_out_the_host_launch_work():
         time.sleep(0.0002)
         return t.mul_(1.0)
 
-    call = np.median(bench.time_calls(slow_host, [x], "cuda", warmup=2, repeat=9, timing="call"))
-    gpu = np.median(bench.time_calls(slow_host, [x], "cuda", warmup=2, repeat=9, timing="gpu"))
+    call = np.median(timing.time_calls(slow_host, [x], "cuda", warmup=2, repeat=9, timing="call"))
+    gpu = np.median(timing.time_calls(slow_host, [x], "cuda", warmup=2, repeat=9, timing="gpu"))
     assert call >= 0.0002 and gpu < 0.0001

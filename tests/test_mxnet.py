@@ -293,7 +293,7 @@ def test_a_failed_write_leaves_no_partial_files(tmp_path, monkeypatch):
     def refuse(*_):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(mxnet.os, "replace", refuse)
+    monkeypatch.setattr(os, "replace", refuse)   # the checkpoint writer renames through os.replace
     with pytest.raises(UserError, match="No space left on device"):
         mxnet.save_checkpoint(random_network(TINY, seed=9), tmp_path / "tiny")
     assert {p: p.read_bytes() for p in tmp_path.iterdir()} == before  # old files intact, no temporaries

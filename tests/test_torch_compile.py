@@ -151,7 +151,7 @@ def test_bench_warm_up_absorbs_the_compilation():
     timed call compiles. Counted with Dynamo's graph counter, not with timings (this VM's jitter is ~10 ms)."""
     _skip_unless_available("cpu")
     from torch._dynamo.utils import counters
-    from convforge.harness import bench
+    from convforge.harness import bench, timing
     x, w, b = _case((2, 6, 3, 12, 10, 5), True, seed=15)
     graphs_per_call = []
 
@@ -164,7 +164,7 @@ def test_bench_warm_up_absorbs_the_compilation():
 
     repeat = 4
     with torch.inference_mode():
-        times = bench.time_calls(counted(IMPL.prepare(w, b)), [x], "cpu", warmup=bench.DEFAULT_WARMUP, repeat=repeat)
+        times = timing.time_calls(counted(IMPL.prepare(w, b)), [x], "cpu", warmup=bench.DEFAULT_WARMUP, repeat=repeat)
     assert len(times) == repeat and len(graphs_per_call) > repeat, graphs_per_call
     assert graphs_per_call[0] == 1, "the first (warm-up) call compiles"
     assert sum(graphs_per_call[-repeat:]) == 0, f"a timed call compiled: {graphs_per_call}"

@@ -359,8 +359,8 @@ def test_sm90_code_keeps_sums_in_registers(version):
     assert found == version, probe.stdout
     if has_ptxas != "True":
         pytest.skip(f"triton {found} has no bundled ptxas to compile sm_90 code with")
-    run = subprocess.run([sys.executable, "-m", "convforge.conv.triton_common", "sass"], capture_output=True,
-                         text=True, env=env, timeout=1200, cwd=REPO)
+    run = subprocess.run([sys.executable, "-m", "convforge", "sweep", "--sass", "--layers",
+                          "fa17,sp18,sp19,fa18,fa19,fa20"], capture_output=True, text=True, env=env, timeout=1200, cwd=REPO)
     assert run.returncode == 0, run.stderr[-2000:]
     lines = [line for line in run.stdout.splitlines() if line.strip()]
     assert len(lines) == 18, run.stdout      # every preset: L1 direct + fused, L2 direct (+ fused on fa20)

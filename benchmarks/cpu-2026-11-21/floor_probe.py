@@ -6,7 +6,7 @@ For each many-channel preset layer (the four where issue 4's 2x goal is missed),
 - fault_ms: the cost of first-touching a fresh output of the layer's size, paid by any implementation that
   returns a fresh tensor: a 2-thread ``fill_`` of a fresh ``torch.empty`` minus the same fill of an already
   touched buffer (so the stores themselves, which a kernel overlaps with its arithmetic, are not counted).
-- compute_ms: the layer's FLOPs at the FMA peak measured in this process (bench.fma_peak_gflops, the best of
+- compute_ms: the layer's FLOPs at the FMA peak measured in this process (probes.fma_peak_gflops, the best of
   repeated runs of 12 independent 16-lane FMA chains per thread): no kernel does its arithmetic faster.
 - floor_ms = fault_ms + compute_ms; the two are serial on the same cores (faults are kernel work on the
   faulting thread). torch_ms and cpu-parallel's ms in the same process, medians of ``--repeat`` calls.
@@ -19,7 +19,7 @@ import time
 import torch
 
 from convforge import conv
-from convforge.harness.bench import fma_peak_gflops
+from convforge.harness.probes import fma_peak_gflops
 from convforge.models import ConvShape
 
 LAYERS = {"sp18 L2": (16, 6, 30, 30, 5), "sp19 L2": (16, 6, 22, 22, 5), "fa18 L2": (24, 12, 33, 33, 7),

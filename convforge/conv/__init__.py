@@ -45,6 +45,8 @@ EXACT_PRECISIONS = ("fp64", "fp32")
 # Split-TF32 (three tensor-core products per multiply, CUTLASS's "3xTF32"): not fp32 arithmetic, but held
 # to the exact tolerance. Kept apart from EXACT_PRECISIONS so "exact" still means FP32/FP64 units.
 FP32_ACCURATE_PRECISIONS = EXACT_PRECISIONS + ("tf32x3",)
+# The fused activations and the code each kernel's compile-time ACT constant gives them (CUDA C and Triton).
+ACTIVATION_CODES = {None: 0, "tanh": 1, "relu": 2, "sigmoid": 3}
 EXACT_TOLERANCE = 1e-5     # ||out - ref|| / ||ref|| for exact fp32 arithmetic (and 3xTF32)
 REDUCED_TOLERANCE = 1e-2   # TF32 / FP16 / BF16 paths
 
@@ -91,16 +93,18 @@ class ConvImpl:
         return hook() if hook else None
 
     def prepare(self, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
-                input_hw: Optional[tuple[int, int]] = None) -> ConvFn:
+                input_hw: Optional[tuple[int, int]] = None, config=None) -> ConvFn:
         module = self._module()
-        return _call(module.prepare, weight.contiguous(), bias, precision=self.precision, input_hw=input_hw)
+        return _call(module.prepare, weight.contiguous(), bias, precision=self.precision, input_hw=input_hw,
+                     **_config(module.prepare, config, self.name))
 
     def prepare_fused(self, weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Optional[str],
-                      pool: int, input_hw: Optional[tuple[int, int]] = None) -> ConvFn:
+                      pool: int, input_hw: Optional[tuple[int, int]] = None, config=None) -> ConvFn:
         if not self.fuses:
             raise TypeError(f"{self.name} does not fuse activation and pooling")
-        return _call(self._module().prepare_fused, weight.contiguous(), bias, activation, pool,
-                     precision=self.precision, input_hw=input_hw)
+        fn = self._module().prepare_fused
+        return _call(fn, weight.contiguous(), bias, activation, pool, precision=self.precision, input_hw=input_hw,
+                     **_config(fn, config, self.name))
 
     @property
     def header(self) -> str:
@@ -111,6 +115,16 @@ class ConvImpl:
         import ast
         with open(spec.origin, encoding="utf-8") as handle:
             return ast.get_docstring(ast.parse(handle.read())) or ""
+
+
+def _config(function, config, name: str) -> dict:
+    """``config=`` (a launch configuration other than the tuned one, for ``convforge sweep``) for a prepare
+    that takes one; an error for one that has no such choice."""
+    if config is None:
+        return {}
+    if "config" not in inspect.signature(function).parameters:
+        raise TypeError(f"{name} takes no launch configuration")
+    return {"config": config}
 
 
 def _call(function, *args, **optional):

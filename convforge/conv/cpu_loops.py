@@ -23,12 +23,14 @@ import hashlib
 import importlib.util
 import os
 import sys
+from pathlib import Path
 from typing import Callable, Optional
 
 import numpy as np
 import torch
 
 from convforge.conv import finish_output, output_buffer, output_shape
+from convforge.files import write_atomically
 
 
 # ----------------------------------------------------------------------------- Numba plumbing
@@ -82,10 +84,7 @@ def jit_generated(name: str, source: str, entry: str, **options) -> Callable:
         os.makedirs(directory, exist_ok=True)
         path = os.path.join(directory, module_name + ".py")
         if not os.path.exists(path):
-            tmp = f"{path}.{os.getpid()}.tmp"
-            with open(tmp, "w", encoding="utf-8") as handle:
-                handle.write(source)
-            os.replace(tmp, path)
+            write_atomically(Path(path), lambda tmp: Path(tmp).write_text(source, encoding="utf-8"))
         module = sys.modules.get(module_name)
         if module is None:
             spec = importlib.util.spec_from_file_location(module_name, path)

@@ -15,7 +15,6 @@ Bottleneck: whichever kernel it picks.
 
 from __future__ import annotations
 
-import inspect
 import json
 from functools import lru_cache
 from pathlib import Path
@@ -26,11 +25,9 @@ import torch
 from convforge.conv import cuda_common as cc
 
 TUNING_FILE = Path(__file__).resolve().parents[1] / "tuning" / "cuda_auto.json"
-ELIGIBLE = {  # exact CUDA implementations and the module serving each
-    "cuda-naive": "cuda_naive", "cuda-tiled": "cuda_tiled", "cuda-constmem": "cuda_constmem",
-    "cuda-unroll-gemm": "cuda_unroll_gemm", "cuda-fused-gemm": "cuda_fused_gemm",
-    "cuda-fused-layer": "cuda_fused_layer", "cuda-direct": "cuda_direct",
-}
+ELIGIBLE = frozenset({  # the exact CUDA implementations
+    "cuda-naive", "cuda-tiled", "cuda-constmem", "cuda-unroll-gemm", "cuda-fused-gemm", "cuda-fused-layer",
+    "cuda-direct"})
 FUSING = {"cuda-fused-layer", "cuda-direct"}
 DEFAULT_PLAIN, DEFAULT_FUSED = "cuda-fused-gemm", "cuda-fused-layer"
 unavailable_reason = cc.unavailable_reason
@@ -60,24 +57,13 @@ def choose(M: int, C: int, H: int, W: int, K: int, pool: int = 1) -> tuple[str, 
     return entry["impl"], entry.get("config")
 
 
-def _module(impl: str):
-    import importlib
-    return importlib.import_module(f"convforge.conv.{ELIGIBLE[impl]}")
-
-
 def _delegate(impl: str, config, weight, bias, hw, activation=None, pool: int = 1):
-    module = _module(impl)
+    """The chosen implementation prepared through the registry (which passes ``config`` and ``input_hw``)."""
+    from convforge import conv
+    entry = conv.get(impl)
     if pool > 1 or activation is not None:
-        fn = module.prepare_fused
-        kwargs = {"input_hw": hw}
-        if config is not None and "config" in inspect.signature(fn).parameters:
-            kwargs["config"] = config
-        return fn(weight, bias, activation, pool, **kwargs)
-    fn = module.prepare
-    kwargs = {"input_hw": hw} if "input_hw" in inspect.signature(fn).parameters else {}
-    if config is not None and "config" in inspect.signature(fn).parameters:
-        kwargs["config"] = config
-    return fn(weight, bias, **kwargs)
+        return entry.prepare_fused(weight, bias, activation, pool, input_hw=hw, config=config)
+    return entry.prepare(weight, bias, input_hw=hw, config=config)
 
 
 def _lazy(weight, bias, input_hw, activation=None, pool: int = 1):

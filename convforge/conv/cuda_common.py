@@ -34,7 +34,7 @@ from typing import Iterable, Optional, Sequence
 import numpy as np
 import torch
 
-from convforge.conv import finish_output, output_buffer
+from convforge.conv import ACTIVATION_CODES, finish_output, output_buffer
 
 KERNEL_DIR = Path(__file__).resolve().parent / "cuda"
 BASE_OPTIONS = ("-std=c++17",)
@@ -393,12 +393,10 @@ def conv_out_shape(x: torch.Tensor, weight: torch.Tensor) -> tuple[int, int, int
     return b, m, h - k + 1, w - k + 1
 
 
-ACTIVATION_CODES = {None: 0, "none": 0, "tanh": 1, "relu": 2, "sigmoid": 3}
-
-
 def activation_code(activation: Optional[str]) -> int:
+    """The kernels' ACT constant for ``activation`` (None or "none": no activation)."""
     try:
-        return ACTIVATION_CODES[activation]
+        return ACTIVATION_CODES[None if activation == "none" else activation]
     except KeyError:
         raise ValueError(f"unknown activation {activation!r}; choose tanh, relu, sigmoid or None") from None
 

@@ -17,7 +17,7 @@ SASS is FFMA, the rest mostly ULDC); on multi-channel layers the unrolled code g
 cuda-fused-gemm (``CF_UNROLL_C=0`` keeps them correct, with the weights then loaded by LDC).
 
 Launch shapes: ``TUNED`` holds the measured fastest (mg, r, nt) per preset layer and pool (from
-``scripts/direct_sweep.py``); other shapes use ``default_config``. ``candidate_configs`` lists what the
+``scripts/direct_sweep.py``, now ``convforge sweep --impl cuda-direct --variants``); other shapes use ``default_config``. ``candidate_configs`` lists what the
 sweep times. Further knobs, each off by default and timed only as sweep variants: ``rows`` (several stored
 rows per thread, so each constant-bank weight and each input row feed more FFMAs), ``chunk`` (one-channel
 layers: several row tiles per thread in sequence down its strip, each input row loaded once; it wins on

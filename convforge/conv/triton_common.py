@@ -2,15 +2,9 @@
 
 The inner loop of the direct kernels (``conv_tile``), the fused activations, the plan that splits the M
 output maps into register-sized passes, the wrapper chores (argument checks, out buffers, cutting a
-batch so that every offset fits in int32), and two tools:
-
-    python -m convforge.conv.triton_common bench [--batch 10000] [--layers fa17,sp18] [--channels one|many]
-            [--sweep [direct|fused] [--configs "R,MAPS,WARPS[,BAKED[,BLOCK_ROWS[,MAXNREG]]];..."]]
-        times every Triton kernel on every preset layer on a GPU, against the H200 roofline floor (and the
-        tuning variants: the modules' SWEEP lists or the given tile configs);
-    python -m convforge.conv.triton_common sass [--layers ...] [--gemm] [--baked]
-        compiles the same kernels for sm_90 on any machine (Triton ships ptxas) and reports registers,
-        spills, shared memory and the FFMA share of the hot loop: the layout checks behind the design.
+batch so that every offset fits in int32). The tools that time the kernels and their tuning variants
+(``convforge sweep --impl triton-direct --variants``) and report their sm_90 code (``convforge sweep --sass``)
+are in the harness.
 
 Under Triton's interpreter (TRITON_INTERPRET=1, set before Triton is imported) the same kernels run on
 the CPU on CPU tensors; ``INTERPRET`` tells the modules to skip autotuning there.
@@ -20,11 +14,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Optional
 
 import torch
 
-from convforge.conv import finish_output, output_buffer
+from convforge.conv import ACTIVATION_CODES, finish_output, output_buffer  # noqa: F401 (the kernels' codes)
 
 try:
     import triton
@@ -36,8 +30,6 @@ except ImportError:  # pragma: no cover - the registry reports the missing packa
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 # (major, minor) of the Triton in use: some tuned tile configs depend on it (triton_direct.TUNED_SINCE).
 TRITON_VERSION = tuple(int(v) for v in triton.__version__.split(".")[:2]) if triton is not None else (0, 0)
-
-ACTIVATION_CODES = {None: 0, "tanh": 1, "relu": 2, "sigmoid": 3}
 
 # Offsets inside the kernels are int32: a launch covers at most this many elements of x or of y.
 INT32_LIMIT = 2**31 - 1
@@ -341,199 +333,3 @@ if triton is not None:
         elif ACT == 3:  # 1 / (1 + e^-v)
             v = tl.fdiv(tl.full(v.shape, 1.0, tl.float32), 1.0 + tl.exp2(v * -1.4426950408889634))
         return v
-
-
-# -- tools: a GPU benchmark of every Triton kernel on every preset layer, and an offline SASS report ----
-
-FLOOR_BANDWIDTH = 4.22e12   # H200, /work/shared/anchors/README.md: copy rate and fp32 GEMM rate
-FLOOR_FLOPS = 51.2e12
-
-
-def preset_layers(wanted: Sequence[str] = ()):
-    """(label, ConvShape at batch 1, fusion or None) for every conv layer of every preset architecture."""
-    from convforge.harness.verify import model_layers
-    from convforge.models import PRESETS
-    seen = set()
-    for preset in PRESETS.values():
-        arch = preset.architecture
-        if arch.name in seen or (wanted and not any(arch.name.startswith(w) for w in wanted)):
-            continue
-        seen.add(arch.name)
-        for spec in model_layers(arch):
-            yield spec.label, spec.shape, spec.fusion
-
-
-def floor_ms(shape, pool: Optional[int] = None) -> float:
-    """max(bytes / bandwidth, FLOPs / rate) in ms; with ``pool`` only the pooled output is written."""
-    ho, wo = shape.out_hw
-    out = None if pool is None else shape.B * shape.M * (ho // pool) * (wo // pool)
-    return max(shape.bytes_moved(out) / FLOOR_BANDWIDTH, shape.flops / FLOOR_FLOPS) * 1e3
-
-
-def _bench(args) -> int:  # pragma: no cover - needs a GPU
-    from triton.testing import do_bench
-    from convforge import conv
-    from convforge.conv import triton_direct, triton_fused_layer
-    from convforge.harness.check import poisoned, reference_layer, relative_error
-    if not torch.cuda.is_available():
-        print("no CUDA GPU: nothing to time")
-        return 1
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    configs = ([TileConfig(*(int(v) for v in c.split(","))) for c in args.configs.split(";") if c]
-               if args.configs else None)
-    print(f"{'layer':8s} {'kernel':46s} {'ms':>8s} {'floor':>7s} {'%floor':>7s} {'error':>8s}")
-    for label, shape1, fusion in preset_layers([w for w in args.layers.split(",") if w]):
-        if (args.channels == "one" and shape1.C != 1) or (args.channels == "many" and shape1.C == 1):
-            continue
-        s = shape1.with_batch(args.batch)
-        g = torch.Generator(device="cuda").manual_seed(1)
-        x = torch.rand((s.B, s.C, s.H, s.W), device="cuda", generator=g) * 255 - 64
-        w = torch.randn((s.M, s.C, s.K, s.K), device="cuda", generator=g) * 0.05
-        runs = []   # (label, fn, fusion)
-        for name in args.impls.split(","):
-            impl = conv.get(name)
-            if impl.fuses and fusion is not None:
-                runs.append((f"{name} {fusion[0]}+pool{fusion[1]}", impl.prepare_fused(w, None, *fusion), fusion))
-            if not impl.fuses or args.unfused or fusion is None:
-                runs.append((name, impl.prepare(w, None), None))
-        if args.sweep in ("all", "direct"):
-            for cfg in configs or triton_direct.SWEEP:
-                runs.append((f"  direct {cfg}", triton_direct.prepare(w, None, config=cfg), None))
-        if args.sweep in ("all", "fused"):
-            if fusion is not None:
-                for cfg in configs or triton_fused_layer.SWEEP:
-                    runs.append((f"  fused {cfg}", triton_fused_layer.prepare_fused(w, None, *fusion, config=cfg),
-                                 fusion))
-        for name, fn, fus in runs:
-            activation, pool = fus if fus else (None, None)
-            ho, wo = s.out_hw
-            out = torch.empty((s.B, s.M, ho // (pool or 1), wo // (pool or 1)), device="cuda")
-            # Timed first: the first call at the full batch is the one that autotunes (triton-gemm).
-            ms = do_bench(lambda: fn(x, out=out), warmup=25, rep=200, return_mode="median")
-            xc = x[:args.check_batch]
-            ref = reference_layer(xc, w, None, activation, pool)
-            error = relative_error(fn(xc, out=poisoned(ref.shape, "cuda")), ref)
-            fl = floor_ms(s, pool)
-            print(f"{label:8s} {name:46s} {ms:8.3f} {fl:7.3f} {100 * fl / ms:6.1f}% {error:8.1e}", flush=True)
-    return 0
-
-
-def _sass_stats(compiled) -> dict:
-    """Registers, spill bytes, shared memory and the FFMA share of the hottest loop (or of the kernel)."""
-    import collections
-    import re
-    import subprocess
-    import tempfile
-    tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as handle:
-        handle.write(compiled.asm["cubin"])
-        handle.flush()
-        sass = subprocess.run([os.path.join(tools, "cuobjdump"), "-sass", handle.name], capture_output=True,
-                              text=True, check=True).stdout
-        usage = subprocess.run([os.path.join(tools, "cuobjdump"), "-res-usage", handle.name],
-                               capture_output=True, text=True, check=True).stdout
-    code = []
-    for line in sass.splitlines():
-        m = re.match(r"\s+/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)(.*?);", line)
-        if m:
-            code.append((int(m.group(1), 16), m.group(2), m.group(3)))
-    body = code
-    for addr, op, rest in code:   # the longest backward branch: the channel loop, when there is one
-        t = re.search(r"0x([0-9a-f]+)", rest) if op == "BRA" else None
-        if t and int(t.group(1), 16) < addr:
-            loop = [c for c in code if int(t.group(1), 16) <= c[0] <= addr]
-            if len(loop) > 300 and (body is code or len(loop) > len(body)):
-                body = loop
-    ops = collections.Counter(op for _, op, _ in body)
-    return dict(regs=int(re.search(r"REG:(\d+)", usage).group(1)), spill=int(re.search(r"STACK:(\d+)", usage).group(1)),
-                smem=compiled.metadata.shared, ffma=ops["FFMA"] / max(1, len(body)), loop=body is not code,
-                mma=sum(v for o, v in ops.items() if "GMMA" in o or "HMMA" in o))
-
-
-def _sass(args) -> int:
-    """Compile each preset layer's kernels for sm_90 here (no GPU needed: Triton ships ptxas) and report."""
-    if INTERPRET or triton is None:
-        print("run without TRITON_INTERPRET (and with triton installed): this compiles real sm_90 code")
-        return 1
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-    from convforge.conv import triton_direct, triton_fused_layer, triton_gemm
-
-    def build(fn, pointers, constants, scalars=("B",)):
-        options = {k: constants.pop(k) for k in ("num_warps", "num_stages", "maxnreg", "enable_fp_fusion")
-                   if k in constants}
-        signature = {**{name: ("*i32" if name == "koff_ptr" else "*fp32") for name in pointers},
-                     **{name: "i32" for name in scalars}, **{k: "constexpr" for k in constants}}
-        attrs = {(i,): [["tt.divisibility", 16]] for i in range(len(pointers) + 1)}   # B = 10000
-        source = ASTSource(fn, signature=signature, constexprs=constants, attrs=attrs)
-        return triton.compile(source, target=GPUTarget("cuda", args.arch, 32), options=options)
-
-    def show(label, what, stats):
-        where = "loop" if stats["loop"] else "kernel"
-        extra = f" mma={stats['mma']}" if stats["mma"] else f" FFMA {100 * stats['ffma']:3.0f}% of the {where}"
-        flags = (f"  SPILLS {stats['spill']} B" if stats["spill"] else "") + ("  smem" if stats["smem"] else "")
-        print(f"{label:8s} {what:44s} regs {stats['regs']:3d}{extra}{flags}", flush=True)
-
-    from dataclasses import replace
-
-    def weights_for(s, cfg):   # random weights to bake (a baked kernel is compiled per weight set)
-        if not bakes(cfg, s.C, s.K):
-            return ()
-        plan = plan_maps(s.M, cfg.positions_per_thread, cfg.max_per_pass)
-        g = torch.Generator().manual_seed(0)
-        return bake_weights(pack_weights(torch.randn(s.M, s.C, s.K, s.K, generator=g), plan.width))
-
-    pointers = ("x_ptr", "w_ptr", "b_ptr", "y_ptr")
-    for label, s, fusion in preset_layers([w for w in args.layers.split(",") if w]):
-        cfg = triton_direct.choose_config(s.M, s.C, s.K)
-        cfg = replace(cfg, baked=True) if args.baked else cfg
-        c = triton_direct.kernel_constants(s.M, s.C, s.K, s.H, s.W, False, cfg, weights_for(s, cfg))
-        show(label, f"direct {cfg} V={c['V']}", _sass_stats(build(triton_direct._direct_kernel, pointers, c)))
-        if fusion is not None:
-            cfg = triton_fused_layer.choose_config(s.M, s.C, s.K, fusion[1])
-            cfg = replace(cfg, baked=True) if args.baked else cfg
-            c = triton_fused_layer.kernel_constants(s.M, s.C, s.K, s.H, s.W, False, *fusion, cfg,
-                                                    weights_for(s, cfg))
-            show(label, f"fused {fusion[0]}+pool{fusion[1]} {cfg}",
-                 _sass_stats(build(triton_fused_layer._fused_kernel, pointers, c)))
-        if args.gemm:
-            for precision in ("ieee", "tf32"):
-                for config in triton_gemm._configs(precision):
-                    c = triton_gemm.kernel_constants(s.M, s.C, s.K, s.H, s.W, False, precision)
-                    c.update(config.kwargs, num_warps=config.num_warps, num_stages=config.num_stages)
-                    show(label, f"gemm {precision} {config.kwargs['BLOCK_P']}x{config.kwargs['BLOCK_K']} "
-                         f"w{config.num_warps} s{config.num_stages}",
-                         _sass_stats(build(triton_gemm._gemm_kernel, ("x_ptr", "koff_ptr") + pointers[1:], c,
-                                           ("B", "size_class"))))
-    return 0
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    import argparse
-    parser = argparse.ArgumentParser(prog="python -m convforge.conv.triton_common",
-                                     description="Triton kernels on the preset conv layers")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("bench", help="time every Triton kernel on every preset layer (needs a GPU)")
-    p.add_argument("--batch", type=int, default=10000)
-    p.add_argument("--layers", default="", help="comma-separated preset prefixes, e.g. fa17,sp18 (default all)")
-    p.add_argument("--impls", default="triton-direct,triton-gemm,triton-gemm-tf32,triton-fused-layer")
-    p.add_argument("--unfused", action="store_true", help="also time fusing kernels without their fusion")
-    p.add_argument("--sweep", nargs="?", const="all", choices=("all", "direct", "fused"),
-                   help="also time the direct and/or fused tuning variants (default: both)")
-    p.add_argument("--check-batch", type=int, default=4, help="images checked against float64 per kernel")
-    p.add_argument("--channels", choices=("all", "one", "many"), default="all",
-                   help="only the one-channel (first) layers, or only the others")
-    p.add_argument("--configs", default="", metavar="R,MAPS,WARPS[,BAKED[,BLOCK_ROWS[,MAXNREG]]];...",
-                   help="with --sweep: time these tile configs instead of the modules' SWEEP lists")
-    p = sub.add_parser("sass", help="compile for sm_90 here (no GPU) and report registers, spills, FFMA share")
-    p.add_argument("--layers", default="")
-    p.add_argument("--arch", type=int, default=90)
-    p.add_argument("--gemm", action="store_true", help="also every autotune config of the GEMM kernels")
-    p.add_argument("--baked", action="store_true", help="the direct and fused kernels with baked weights")
-    args = parser.parse_args(argv)
-    return _bench(args) if args.command == "bench" else _sass(args)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())

@@ -35,8 +35,8 @@ course's "weights in constant memory" taken to compile-time constants on the fir
 the register tiling of the input (each loaded value feeds up to K x K x maps FMAs of its neighbours).
 Bottleneck: the C = 1 layers sit at the H200's ridge (each output float costs 2*K*K FLOPs and 4 bytes
 of writes): FP32 FMA issue and the DRAM write stream both run near their limits. The C = 4..12 layers
-are FMA-bound: in the sm_90 SASS 84-93 % of their tap loop is FFMA with blocks (``python -m
-convforge.conv.triton_common sass``); what is left is latency with 2-4 resident warps per scheduler.
+are FMA-bound: in the sm_90 SASS 84-93 % of their tap loop is FFMA with blocks (``convforge
+sweep --sass``); what is left is latency with 2-4 resident warps per scheduler.
 """
 
 
@@ -53,7 +53,7 @@ triton, tl = common.triton, common.tl
 
 # R positions per lane, up to max_per_pass maps per pass: R x that many accumulators per lane.
 Config = common.TileConfig
-# Variants that ``python -m convforge.conv.triton_common bench --sweep`` times on a GPU (flat, baked, blocks).
+# Variants that ``convforge sweep --impl triton-direct --variants`` times on a GPU (flat, baked, blocks).
 SWEEP = (Config(4, 24, 4), Config(8, 12, 4),
          Config(4, 24, 4, True), Config(8, 24, 4, True), Config(4, 16, 4, True), Config(8, 12, 4, True),
          Config(8, 8, 4, True), Config(16, 8, 4, True), Config(2, 32, 4, True),
@@ -89,8 +89,7 @@ DEFAULT_BLOCKS = Config(8, 8, 4, block_rows=4)
 def choose_config(maps: int, channels: int, kernel: int) -> Config:
     """Per layer shape: baked weights where they can be (``common.can_bake``, the one-channel layers), else
     blocks of outputs per lane (TUNED_SINCE for the Triton in use, TUNED_BLOCKS, or DEFAULT_BLOCKS for other
-    shapes); ``python -m
-    convforge.conv.triton_common bench --sweep`` times the alternatives on a GPU."""
+    shapes); ``convforge sweep --impl triton-direct --variants`` times the alternatives on a GPU."""
     if common.can_bake(channels, kernel):
         return TUNED_BAKED.get((maps, channels, kernel), Config(4, 24, 4, True))
     key = (maps, channels, kernel)

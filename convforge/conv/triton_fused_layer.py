@@ -23,7 +23,7 @@ Course step: milestone 4's kernel fusion ("fuse the unrolling, the matrix multip
 with the compile-time shapes and register tiling of the direct kernels.
 Bottleneck: FP32 FMA issue: with the output cut by pool^2 every course layer becomes compute-bound
 (the fused floor is the FLOP term). In the sm_90 SASS 76-86 % of the issued instructions are FFMA
-(``python -m convforge.conv.triton_common sass``); the rest are input and weight loads and the
+(``convforge sweep --sass``); the rest are input and weight loads and the
 epilogue. The layers with 4-6 maps also lean on L1: a warp's input loads are strided by the pool.
 """
 

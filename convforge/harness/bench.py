@@ -25,22 +25,19 @@ GPU the SM clock (min / median / max), peak power, temperature and NVML's clock-
 CPU at large batches a fresh output's first-touch page faults can cost as much as the convolution, for
 torch and for every implementation here alike (they all allocate their outputs through torch); ``--hugepages``
 switches torch's allocator to huge pages for the whole run, the baseline included.
+
+Here: the cases, the run, the row table (ROW_KEYS) and the command's body. The timing loop and the /proc
+counters are in ``timing``; the ceilings, huge-page probes and the run's environment in ``probes``.
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import importlib.util
 import io
 import json
-import os
-import platform
 import sys
-import threading
-import time
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
@@ -48,38 +45,19 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-try:
-    import resource  # Unix: page faults and CPU time of this process
-except ImportError:  # pragma: no cover
-    resource = None
-
 from convforge import conv
 from convforge.console import print_table
 from convforge.conv import ConvImpl
-from convforge.engine import Stopwatch, resolve_device
+from convforge.engine import resolve_device
 from convforge.errors import UserError
+from convforge.harness import DEFAULT_BUDGET_S, DEFAULT_WARMUP, THP_ENV
 from convforge.harness.check import describe_exception, progress_bar, random_case
-from convforge.harness.gpu_clocks import FIELDS as GPU_CLOCK_FIELDS, GpuSampler, device_uuid
+from convforge.harness.gpu_clocks import FIELDS as GPU_CLOCK_FIELDS
+from convforge.harness.probes import Ceilings, environment, measure_ceilings, torch_thp_alloc, use_hugepages
+from convforge.harness.timing import lead_cycles, rotated_inputs, time_calls
 from convforge.harness.verify import Case, LayerSpec, model_layers, select_impls, verify_impl
 from convforge.models import ACTIVATIONS, DEFAULT_PRESET, ConvShape, get_preset
 
-HELP = "time implementations against torch's convolution and this machine's roofline"
-
-DEFAULT_BATCHES = (10, 100, 1000, 10000)
-MIN_REPEATS = 3
-MAX_REPEATS = 200
-DEFAULT_WARMUP = 2
-DEFAULT_BUDGET_S = 1.0                           # timed calls per case stop after this, once MIN_REPEATS are in
-COPY_BYTES = {"cuda": 1 << 30, "cpu": 256 << 20}  # the bandwidth ceiling's copy
-MATMUL_SIZES = {"cuda": (8192,), "cpu": (1024, 1536, 2048)}  # the arithmetic ceiling: N x N x N products, the best
-FMA_CHAINS, FMA_DEPTH, FMA_LANES = 12, 8, 16     # the CPU FMA-peak probe: independent 16-lane chains
-FMA_CALL_S = 0.05                                 # seconds per FMA-probe call
-THP_SYSFS = Path("/sys/kernel/mm/transparent_hugepage")
-THP_ENV = "THP_MEM_ALLOC_ENABLE"                  # read by torch's CPU allocator at its first allocation
-RESTARTED_ENV = "CONVFORGE_BENCH_RESTARTED"       # set in a bench that re-executed itself (no second restart)
-THP_PROBE_BYTES = 64 << 20                        # above torch's 2 MiB huge-page threshold and glibc's largest
-                                                  # mmap threshold: a fresh mapping of its own (never touched)
-MAX_ROTATION_COPIES = 4096                        # input copies a GPU case cycles through, at most
 CHECK_BATCH = 2                                   # batch of the correctness check before timing
 BASELINE = "torch"
 FUSED_BASELINE = "torch conv+act+pool"
@@ -90,348 +68,6 @@ ROW_KEYS = ("kind", "model", "layer", "B", "M", "C", "H", "W", "K", "impl", "pre
             "machine", "cpu", "threads", "gpu", "torch", "cuda", "cudnn", "numba", "triton", "cupy", "python",
             "date", "gpu_uuid", "timing", "fma_gflops", "minflt_per_call", "loadavg_1m", "other_cpu_pct",
             "steal_pct", "thp_enabled", "thp_defrag", "torch_thp_alloc", *GPU_CLOCK_FIELDS)
-
-
-# ----------------------------------------------------------------------------------------- timing
-
-@dataclass(frozen=True)
-class Counters:
-    """Process and machine counters at one moment (see ``read_counters``)."""
-    wall_s: float
-    minflt: int                  # this process's minor page faults so far, all threads
-    own_cpu_s: float             # this process's user + system CPU time so far, all threads
-    busy_s: Optional[float]      # every CPU's user + nice + system + irq + softirq time (/proc/stat; None off Linux)
-    steal_s: Optional[float]     # time the hypervisor ran something else on our virtual CPUs
-
-
-def _proc_stat() -> tuple[Optional[float], Optional[float]]:
-    """(busy, steal) seconds summed over all CPUs since boot, from /proc/stat (None, None where absent)."""
-    try:
-        with open("/proc/stat", encoding="ascii") as handle:
-            fields = handle.readline().split()
-    except OSError:
-        return None, None
-    if not fields or fields[0] != "cpu" or len(fields) < 8:
-        return None, None
-    ticks = [int(v) for v in fields[1:]] + [0] * 8
-    hz = os.sysconf("SC_CLK_TCK")
-    user, nice, system, _idle, _iowait, irq, softirq, steal = ticks[:8]
-    return (user + nice + system + irq + softirq) / hz, steal / hz
-
-
-def read_counters() -> Counters:
-    busy, steal = _proc_stat()
-    if resource is None:  # pragma: no cover
-        return Counters(time.perf_counter(), 0, time.process_time(), busy, steal)
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return Counters(time.perf_counter(), usage.ru_minflt, usage.ru_utime + usage.ru_stime, busy, steal)
-
-
-def load_fields(before: Counters, after: Counters, calls: int) -> dict:
-    """The row fields of a row's timed calls: minor page faults per call, the 1-minute load average at
-    the end (it counts the bench's own busy threads too), and the share of all CPUs' time (cores x wall)
-    that other processes used and that the hypervisor stole."""
-    capacity = max(after.wall_s - before.wall_s, 1e-9) * (os.cpu_count() or 1)
-    other = steal = None
-    if before.busy_s is not None and after.busy_s is not None:
-        # /proc/stat counts in clock ticks (10 ms): over a short row this share is coarse.
-        other = max(0.0, 100 * ((after.busy_s - before.busy_s) - (after.own_cpu_s - before.own_cpu_s)) / capacity)
-        steal = max(0.0, 100 * (after.steal_s - before.steal_s) / capacity)
-    try:
-        loadavg = os.getloadavg()[0]
-    except OSError:
-        loadavg = None
-    return {"minflt_per_call": (after.minflt - before.minflt) / max(calls, 1), "loadavg_1m": loadavg,
-            "other_cpu_pct": other, "steal_pct": steal}
-
-
-TIMINGS = ("gpu", "call")
-# the spin ahead of a GPU-timed call: about 0.5 ms at 2 GHz, longer than the host's launch work for any
-# implementation here, so the timed kernels are queued before the start event fires
-LEAD_CYCLES = 1_000_000
-
-
-def lead_cycles(device: str, timing: str) -> int:
-    """Spin cycles to queue ahead of each timed call (0: time as the engine does)."""
-    if timing not in TIMINGS:
-        raise ValueError(f"timing must be one of {TIMINGS}, got {timing!r}")
-    return LEAD_CYCLES if device == "cuda" and timing == "gpu" and hasattr(torch.cuda, "_sleep") else 0
-
-
-def time_calls(fn: Callable[[torch.Tensor], object], inputs: Sequence[torch.Tensor], device: str,
-               warmup: int = DEFAULT_WARMUP, repeat: Optional[int] = None,
-               budget_s: float = DEFAULT_BUDGET_S, load: Optional[dict] = None, timing: str = "gpu") -> np.ndarray:
-    """Seconds of each timed call ``fn(inputs[i % len(inputs)])``, after up to ``warmup`` untimed calls.
-
-    Warm-up stops early once it has taken ``budget_s`` (a call that long is past compiling and cold
-    caches). Timed calls: exactly ``repeat`` when given, else at least MIN_REPEATS and then until
-    ``budget_s`` of wall time or MAX_REPEATS. ``load``, when given, receives ``load_fields`` of the
-    timed calls (the counters are read outside the timed regions) and, on a GPU, the SM clock, power,
-    temperature and clock-event reasons sampled during them (``gpu_clocks``). ``timing``: see the module
-    docstring (``gpu``: GPU time only; ``call``: the host's launch work included).
-    """
-    lead = lead_cycles(device, timing)
-    call = 0
-    started = time.perf_counter()
-    for _ in range(warmup):
-        with Stopwatch(device):
-            fn(inputs[call % len(inputs)])
-        call += 1
-        if time.perf_counter() - started >= budget_s:
-            break
-    times = []
-    before = read_counters() if load is not None else None
-    sample_gpu = load is not None and device == "cuda"
-    with GpuSampler(torch.cuda.current_device() if sample_gpu else None) as sampler:
-        started = time.perf_counter()
-        while True:
-            with Stopwatch(device, lead) as watch:
-                fn(inputs[call % len(inputs)])
-            call += 1
-            times.append(watch.seconds)
-            if repeat is not None:
-                if len(times) >= repeat:
-                    break
-            elif len(times) >= MAX_REPEATS or (len(times) >= MIN_REPEATS and time.perf_counter() - started >= budget_s):
-                break
-    if load is not None:
-        load.update(load_fields(before, read_counters(), len(times)))
-        if sample_gpu:
-            load.update(sampler.fields())
-    return np.array(times)
-
-
-def rotation_copies(input_bytes: int, l2_bytes: int) -> int:
-    """How many copies of an input together exceed twice the L2 cache (at least 2, at most MAX_ROTATION_COPIES)."""
-    return min(MAX_ROTATION_COPIES, max(2, 2 * l2_bytes // input_bytes + 1))
-
-
-def rotated_inputs(x: torch.Tensor) -> list[torch.Tensor]:
-    """Copies of ``x`` to cycle through: on a GPU enough that together they exceed twice the L2 cache;
-    on a CPU just ``x`` (perf_counter timing of the plain call, as the engine makes it).
-
-    The copies are views of one allocation. Only inputs of a few kilobytes (custom shapes, not the
-    presets' layers) reach MAX_ROTATION_COPIES before covering 2 x L2.
-    """
-    if x.device.type != "cuda":
-        return [x]
-    copies = rotation_copies(x.numel() * x.element_size(), torch.cuda.get_device_properties(x.device).L2_cache_size)
-    return list(x.unsqueeze(0).repeat(copies, *([1] * x.dim())).unbind(0))
-
-
-@dataclass(frozen=True)
-class Ceilings:
-    """This machine's measured copy bandwidth (bytes read + written) and fp32 matrix-product rate; on a CPU
-    also the fp32 FMA peak of a register-resident loop (recorded only: the floor uses the matmul rate)."""
-    copy_gbps: float
-    matmul_gflops: float
-    fma_gflops: Optional[float] = None
-
-    def floor_s(self, flops: int, bytes_moved: int) -> float:
-        return max(bytes_moved / (self.copy_gbps * 1e9), flops / (self.matmul_gflops * 1e9))
-
-
-def measure_ceilings(device: str, budget_s: float = DEFAULT_BUDGET_S) -> Ceilings:
-    """Copy COPY_BYTES[device] device to device and multiply N x N fp32 matrices (TF32 off) for each N of
-    MATMUL_SIZES[device], on torch's threads; on a CPU also time ``fma_peak_gflops``.
-
-    Each ceiling is the fastest of its repeated runs (and of the matrix sizes), not the median: it bounds
-    what the machine can do, and a run slowed by other work on the machine must not lower it.
-    """
-    from convforge.conv.torch_conv import exact_fp32
-    exact_fp32()
-    source = torch.ones(COPY_BYTES[device] // 4, device=device)
-    target = torch.empty_like(source)
-    copy_s = float(np.min(time_calls(lambda src: target.copy_(src), [source], device, budget_s=budget_s)))
-    del source, target
-    matmul_gflops = 0.0
-    for n in MATMUL_SIZES[device]:
-        a, b = torch.rand(n, n, device=device), torch.rand(n, n, device=device)
-        product = torch.empty(n, n, device=device)
-        seconds = float(np.min(time_calls(lambda left: torch.mm(left, b, out=product), [a], device,
-                                          budget_s=budget_s / len(MATMUL_SIZES[device]))))
-        matmul_gflops = max(matmul_gflops, 2 * n ** 3 / seconds / 1e9)
-    fma = fma_peak_gflops(torch.get_num_threads(), budget_s / 2) if device == "cpu" else None
-    return Ceilings(copy_gbps=2 * COPY_BYTES[device] / copy_s / 1e9, matmul_gflops=matmul_gflops, fma_gflops=fma)
-
-
-def fma_source() -> str:
-    """A Numba kernel of FMA_CHAINS independent chains s = s * a + b, FMA_DEPTH deep per pass, each chain
-    FMA_LANES floats wide (the lane loop becomes one AVX-512 register), so the loop is bound by FMA
-    throughput alone: enough independent chains to cover the FMA latency, loads and stores once per
-    FMA_DEPTH multiply-adds."""
-    lanes = FMA_LANES
-    loads = "; ".join(f"s{i} = acc[{lanes * i} + lane]" for i in range(FMA_CHAINS))
-    chain = "; ".join(f"s{i} = s{i} * a + b" for i in range(FMA_CHAINS))
-    body = "\n".join(" " * 12 + chain for _ in range(FMA_DEPTH))
-    stores = "; ".join(f"acc[{lanes * i} + lane] = s{i}" for i in range(FMA_CHAINS))
-    return f'''"""Generated by convforge.harness.bench: the FMA-peak probe ({FMA_CHAINS} chains, {FMA_DEPTH} deep)."""
-
-
-def chains(acc, n, a, b):
-    for _ in range(n):
-        for lane in range({lanes}):
-            {loads}
-{body}
-            {stores}
-'''
-
-
-def fma_peak_gflops(threads: int, budget_s: float = DEFAULT_BUDGET_S / 2) -> Optional[float]:
-    """fp32 GFLOP/s of ``fma_source``'s kernel run on ``threads`` threads at once (Numba, GIL released),
-    the best of repeated runs of about FMA_CALL_S each (at least MIN_REPEATS, then until ``budget_s``).
-    None when Numba is not installed or cannot compile it (the figure is recorded, nothing depends on it)."""
-    try:
-        from convforge.conv.cpu_loops import jit_generated
-        kernel = jit_generated("fma_peak", fma_source(), "chains", nogil=True, fastmath={"contract"})
-        accs = [np.zeros(FMA_CHAINS * FMA_LANES, np.float32) for _ in range(max(1, threads))]
-        a, b = np.float32(0.999), np.float32(1e-3)  # the chains converge to 1: no overflow, no denormals
-        kernel(accs[0], 1, a, b)                    # compile (or load from the disk cache)
-    except Exception:  # ImportError without Numba; a compile error must not stop the bench
-        return None
-    flops_per_pass = 2 * FMA_CHAINS * FMA_LANES * FMA_DEPTH
-
-    def run(passes: int) -> float:
-        workers = [threading.Thread(target=kernel, args=(acc, passes, a, b)) for acc in accs]
-        started = time.perf_counter()
-        for worker in workers:
-            worker.start()
-        for worker in workers:
-            worker.join()
-        return time.perf_counter() - started
-
-    passes = 1000
-    while (seconds := run(passes)) < FMA_CALL_S / 4:   # calibrate a pass count for about FMA_CALL_S
-        passes *= 4
-    passes = max(1, int(passes * FMA_CALL_S / seconds))
-    best, runs, started = 0.0, 0, time.perf_counter()
-    while runs < MIN_REPEATS or time.perf_counter() - started < budget_s:
-        best = max(best, flops_per_pass * passes * len(accs) / run(passes) / 1e9)
-        runs += 1
-    return best
-
-
-# -------------------------------------------------------------------------------------- environment
-
-def _package_versions(modules: Sequence[str]) -> dict[str, Optional[str]]:
-    """Installed version of the distribution providing each importable module (None when absent)."""
-    from importlib import metadata
-    providers = metadata.packages_distributions()
-    return {module: metadata.version(providers[module][0]) if module in providers else None for module in modules}
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:  # not Linux
-        pass
-    return platform.processor() or platform.machine()
-
-
-def thp_setting(name: str) -> Optional[str]:
-    """The selected value of /sys/kernel/mm/transparent_hugepage/NAME ('madvise' from 'always [madvise] never')."""
-    try:
-        text = (THP_SYSFS / name).read_text(encoding="ascii")
-    except OSError:  # not Linux, or no THP in this kernel
-        return None
-    start, end = text.find("["), text.find("]")
-    return text[start + 1:end] if 0 <= start < end else text.strip() or None
-
-
-def torch_thp_alloc() -> Optional[bool]:
-    """Whether torch's CPU allocator gives large tensors huge pages in this process.
-
-    torch (c10/core/impl/alloc_cpu.cpp) reads THP_MEM_ALLOC_ENABLE once, into a static, at its first CPU
-    allocation; when it was 1, every later allocation of 2 MiB or more is page-aligned and advised with
-    madvise(MADV_HUGEPAGE). The probe allocates THP_PROBE_BYTES (untouched, so no memory is used) and checks
-    both: a page-aligned address (torch's plain alignment is 64 bytes; glibc puts a mapped chunk's data 64
-    bytes into its first page) and the advice, the 'hg' flag, on its mapping in /proc/self/smaps. The size
-    gives the probe a fresh mapping: a smaller one may reuse heap memory that NumPy (which advises huge pages
-    for its own arrays of 4 MiB or more) has flagged. None where there is no smaps.
-    (Whether the kernel then backs it with huge pages is thp_setting('enabled').)
-    """
-    probe = torch.empty(THP_PROBE_BYTES // 4, dtype=torch.float32)
-    address = probe.data_ptr()
-    if address % (os.sysconf("SC_PAGESIZE") if hasattr(os, "sysconf") else 4096):
-        return False
-    try:
-        with open("/proc/self/smaps", encoding="ascii", errors="replace") as handle:
-            inside = False
-            for line in handle:
-                head = line.split(" ", 1)[0]
-                if "-" in head and not head.endswith(":"):     # a mapping's first line: start-end perms ...
-                    start, _, end = head.partition("-")
-                    try:
-                        inside = int(start, 16) <= address < int(end, 16)
-                    except ValueError:
-                        inside = False
-                elif inside and head == "VmFlags:":
-                    return "hg" in line.split()[1:]
-    except OSError:
-        return None
-    return None
-
-
-def _restart_with_environment(changes: dict) -> None:
-    """Re-execute this command (same interpreter, same arguments) with ``changes`` in its environment.
-
-    Returns (doing nothing) when this process is not `convforge bench` started from a command line, e.g.
-    ``cli.main([...])`` called in-process, or when it is already the restarted one."""
-    original = list(getattr(sys, "orig_argv", ()))
-    arguments = sys.argv[1:]
-    if (os.environ.get(RESTARTED_ENV) or not original or arguments[:1] != ["bench"]
-            or len(original) < len(arguments) + 1 or original[len(original) - len(arguments):] != arguments):
-        return
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execve(sys.executable, [sys.executable, *original[1:]], {**os.environ, **changes, RESTARTED_ENV: "1"})
-
-
-def use_hugepages() -> None:
-    """Make torch's CPU allocator give huge pages to every large tensor of this run (THP_MEM_ALLOC_ENABLE=1).
-
-    Setting the variable is enough while torch has not yet allocated (it reads it at its first
-    allocation); otherwise the bench re-executes itself with the variable set. In-process callers that
-    cannot be restarted get a UserError saying how to set it.
-    """
-    previous = os.environ.get(THP_ENV)
-    os.environ[THP_ENV] = "1"
-    if torch_thp_alloc():
-        return
-    if previous is None:
-        del os.environ[THP_ENV]
-    else:
-        os.environ[THP_ENV] = previous
-    _restart_with_environment({THP_ENV: "1"})
-    raise UserError(f"--hugepages: torch's allocator had already read {THP_ENV} (at its first allocation) in this "
-                    f"process and did not take it; start the process with {THP_ENV}=1 in its environment"
-                    + (" (/proc/self/smaps shows no MADV_HUGEPAGE advice)" if os.environ.get(RESTARTED_ENV) else ""))
-
-
-def environment(device: str) -> dict:
-    """Where and with what the rows were measured: the machine, library versions (None when absent), date,
-    the transparent-huge-page settings and whether torch's allocator asks for huge pages."""
-    on_gpu = device == "cuda"
-    return {
-        "machine": f"{platform.node()} ({platform.platform()})",
-        "cpu": _cpu_model(),
-        "threads": torch.get_num_threads(),
-        "gpu": torch.cuda.get_device_name() if on_gpu else None,
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
-        **_package_versions(("numba", "triton", "cupy")),
-        "python": platform.python_version(),
-        "date": datetime.now().astimezone().isoformat(timespec="seconds"),
-        # which physical GPU (machines are lent per session, and the host name does not tell them apart)
-        "gpu_uuid": device_uuid(torch.cuda.current_device()) if on_gpu else None,
-        "thp_enabled": thp_setting("enabled"),
-        "thp_defrag": thp_setting("defrag"),
-        "torch_thp_alloc": torch_thp_alloc(),
-    }
 
 
 # ------------------------------------------------------------------------------------------ cases
@@ -476,13 +112,13 @@ def make_row(kind: str, case: BenchCase, impl: str, precision: str, device: str,
     ``load``: ``load_fields`` of the timed calls (None fields when not given)."""
     shape = case.shape
     out_elements = None
-    if kind == "fused":
-        _, pool = case.spec.fusion
+    pool = case.spec.fusion[1] if kind == "fused" else None
+    if pool:
         out_h, out_w = shape.out_hw
         out_elements = shape.B * shape.M * (out_h // pool) * (out_w // pool)
     median_s = float(np.median(times))
     bytes_moved = shape.bytes_moved(out_elements)
-    floor_s = ceilings.floor_s(shape.flops, bytes_moved)
+    floor_s = ceilings.layer_floor_s(shape, pool)
     row = {"kind": kind, "model": case.model, "layer": case.spec.label,
            "B": shape.B, "M": shape.M, "C": shape.C, "H": shape.H, "W": shape.W, "K": shape.K,
            "impl": impl, "precision": precision, "device": device,
@@ -611,66 +247,7 @@ def print_rows_table(rows: Sequence[dict], ceilings: Ceilings, device: str) -> N
     print_table(title, columns, table, justify_right=columns[2:3] + columns[4:])
 
 
-# ------------------------------------------------------------------------------------------- CLI
-
-def _shape(text: str) -> ConvShape:
-    try:
-        values = [int(v) for v in text.split(",")]
-    except ValueError:
-        values = []
-    if len(values) != 6:
-        raise argparse.ArgumentTypeError(f"--shape takes B,M,C,H,W,K (six integers), got '{text}'")
-    shape = ConvShape(*values)
-    if min(values) < 1 or shape.H < shape.K or shape.W < shape.K:
-        raise argparse.ArgumentTypeError(f"--shape {text}: every value must be at least 1 and H, W at least K")
-    return shape
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got '{text}'")
-    return value
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", nargs="+", metavar="NAME",
-                   help=f"presets whose conv layers to time (default {DEFAULT_PRESET} unless --shape is given)")
-    p.add_argument("--shape", nargs="+", type=_shape, default=[], metavar="B,M,C,H,W,K",
-                   help="explicit layer shapes, each at its own batch size B")
-    p.add_argument("--images", nargs="+", type=_positive, default=list(DEFAULT_BATCHES), metavar="B",
-                   help="batch sizes for the presets' layers (default 10 100 1000 10000)")
-    p.add_argument("--impl", nargs="+", metavar="NAME",
-                   help="implementations to time (default: all available on the device but 'reference')")
-    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
-    p.add_argument("--repeat", type=_positive, help="timed calls per case (default: adaptive, at least "
-                   f"{MIN_REPEATS}, up to {MAX_REPEATS} or --budget)")
-    p.add_argument("--warmup", type=int, default=DEFAULT_WARMUP,
-                   help=f"untimed calls before timing, fewer if they take --budget (default {DEFAULT_WARMUP})")
-    p.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S,
-                   help=f"seconds of timed calls per case once {MIN_REPEATS} are in (default {DEFAULT_BUDGET_S:g})")
-    p.add_argument("--timing", choices=TIMINGS, default="gpu",
-                   help="on a GPU: 'gpu' (default) times the kernels only (a spin kernel queued ahead of the start "
-                   "event hides the host's launch work); 'call' times each call as the engine's Op Time does, "
-                   "host launch work included (10-50 us, varying between processes). Rows record it (timing)")
-    output = p.add_mutually_exclusive_group()
-    output.add_argument("--json", action="store_true", help="print the rows as a JSON list instead of the table")
-    output.add_argument("--csv", action="store_true", help="print the rows as CSV instead of the table")
-    p.add_argument("--out", metavar="FILE", help="also write the rows to FILE (.json or .csv)")
-    p.add_argument("--report", metavar="DIR", help="also write a report (charts and tables) into DIR")
-    p.add_argument("--hugepages", action="store_true",
-                   help=f"run with torch's {THP_ENV}=1 for the whole process, so that torch's CPU allocator "
-                   "page-aligns every tensor of 2 MiB or more and advises huge pages for it (madvise, as "
-                   "/sys/kernel/mm/transparent_hugepage/enabled allows): fewer first-touch page faults for "
-                   "every implementation, the torch baseline included, since all allocate their outputs "
-                   "through torch. An allocator setting applied to both sides, not a kernel speed-up. The "
-                   "bench re-executes itself when torch has already allocated. Default: the allocator as "
-                   "the environment sets it (plain 4 KiB pages unless the variable is set); every row "
-                   "records it (torch_thp_alloc)")
-
+# ------------------------------------------------------------------------------------------- command
 
 def _runnable(names: Optional[Sequence[str]], device: str) -> list[ConvImpl]:
     """The named implementations, or all made for ``device`` but the slow reference; those that can run here."""

@@ -14,13 +14,7 @@ import numpy as np
 import torch
 
 from convforge.conv.reference import conv2d_float64
-
-# The network's activations (models.ACTIVATIONS) in float64 NumPy, for the fused reference.
-REFERENCE_ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "tanh": np.tanh,
-    "relu": lambda y: np.maximum(y, 0.0),
-    "sigmoid": lambda y: 1.0 / (1.0 + np.exp(-y)),
-}
+from convforge.models import ACTIVATIONS
 
 # Root mean square of the input values random_case draws (uniform on [-64, 191]): sets the weight scale
 # that puts a convolution's output near unit size.
@@ -73,7 +67,7 @@ def reference_layer(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.
     """conv + bias, then the activation, then a pool x pool max pool of stride pool: all in float64."""
     y = conv2d_float64(x.cpu().numpy(), weight.cpu().numpy(), None if bias is None else bias.cpu().numpy())
     if activation is not None:
-        y = REFERENCE_ACTIVATIONS[activation](y)
+        y = ACTIVATIONS[activation](torch.from_numpy(y)).numpy()   # the network's own functions, in float64
     if pool:
         batch, maps, height, width = y.shape
         rows, cols = height // pool, width // pool

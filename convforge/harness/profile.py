@@ -22,7 +22,6 @@ second opinion read with getattr: without it, API calls are told by their names 
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 from dataclasses import dataclass, field
@@ -30,12 +29,8 @@ from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
 from convforge.errors import UserError
-from convforge.harness import write_atomically
+from convforge.harness import DEFAULT_CUT_PERCENT, DEFAULT_NAME_WIDTH, write_atomically
 
-HELP = "one inference under torch.profiler: nvprof-style GPU activities and API calls tables, optional trace"
-
-DEFAULT_CUT_PERCENT = 90.0
-DEFAULT_NAME_WIDTH = 100
 
 # Host-side CUDA runtime (cudaLaunchKernel) and driver (cuLaunchKernel) calls: "cu" or "cuda" then a capital,
 # which leaves out library namespaces such as cudnn* and cublas* (and every aten:: operator).
@@ -234,26 +229,9 @@ def write_trace(prof, path: Path) -> None:
 
 # ------------------------------------------------------------------------------------------- CLI
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from convforge.cli import _add_model_options
-    _add_model_options(parser)
-    g = parser.add_argument_group("profile")
-    g.add_argument("--trace", metavar="FILE",
-                   help="also write a Chrome/Perfetto trace (open in ui.perfetto.dev); FILE.gz is gzipped")
-    g.add_argument("--warmup", type=int, default=1, metavar="N",
-                   help="unprofiled passes first, so one-time work (compiling, autotuning, lazy loading, allocator "
-                        "growth) stays out of the tables; 0 profiles a cold start as nvprof did (default 1)")
-    g.add_argument("--cut", type=float, default=DEFAULT_CUT_PERCENT, metavar="PERCENT",
-                   help=f"end each table where the cumulative share reaches PERCENT; 100 shows every row "
-                        f"(default {DEFAULT_CUT_PERCENT:g})")
-    g.add_argument("--name-width", type=int, default=DEFAULT_NAME_WIDTH, metavar="N",
-                   help=f"shorten longer kernel names (parameter list first); 0 prints them whole "
-                        f"(default {DEFAULT_NAME_WIDTH})")
-
-
 def main(args) -> int:
     import torch
-    from convforge.cli import _load_for_inference, print_course_lines
+    from convforge.inference import load_for_inference, print_course_lines
 
     if not 0 < args.cut <= 100:
         raise UserError(f"--cut must be a percentage in (0, 100], got {args.cut:g}")
@@ -263,7 +241,7 @@ def main(args) -> int:
     if not torch.autograd.kineto_available():
         raise UserError("this build of torch has no Kineto profiler; install an official torch wheel")
 
-    dataset, engine = _load_for_inference(args, annotate=True)
+    dataset, engine = load_for_inference(args, annotate=True)
     for _ in range(args.warmup):
         engine.run(dataset.images, dataset.labels)
 

@@ -23,7 +23,6 @@ and returns their paths (``convforge bench --report DIR`` calls it).
 
 from __future__ import annotations
 
-import argparse
 import base64
 import csv
 import datetime
@@ -36,8 +35,6 @@ from typing import Iterable, Optional, Sequence
 
 from convforge.errors import UserError
 from convforge.harness import write_atomically
-
-HELP = "turn bench result files (CSV/JSON) into PNG charts, one self-contained HTML page and a markdown table"
 
 # Every row must have these; the rest of the bench schema feeds particular charts and may be missing.
 REQUIRED_KEYS = ("layer", "impl", "B", "median_ms")
@@ -633,11 +630,6 @@ def write_report(rows: list[dict], out_dir: Path) -> list[Path]:
 
 
 # ------------------------------------------------------------------------------------------- CLI
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("results", nargs="+", metavar="RESULTS", help="bench result files (.csv or .json)")
-    parser.add_argument("--out", required=True, metavar="DIR", help="folder for the charts, summary.md and report.html")
-
 
 def main(args) -> int:
     rows = load_rows(args.results)

@@ -11,7 +11,6 @@ random shapes cycling through tanh / relu / sigmoid / none and pools of 2 and 4.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from dataclasses import asdict, dataclass, field
@@ -26,13 +25,11 @@ from convforge.console import print_table
 from convforge.conv import ConvImpl
 from convforge.engine import resolve_device
 from convforge.errors import UserError
+from convforge.harness import DEFAULT_RANDOM_CASES
 from convforge.harness.check import check_call, describe_exception, progress_bar, random_case, reference_layer
 from convforge.models import PRESETS, Architecture, Conv, ConvShape, fusion_after
 
-HELP = "check every convolution implementation against the float64 reference (exit 1 on any failure)"
-
 VERIFY_BATCH = 2                  # preset layers are checked at this batch size
-DEFAULT_RANDOM_CASES = 24
 # Work cap per random case: on a CPU it keeps the one-thread loop nest at a few ms a call; on a GPU the
 # float64 reference on the host is the limit.
 MAX_MULTIPLY_ADDS = {"cpu": 4_000_000, "cuda": 32_000_000}
@@ -238,15 +235,6 @@ def verify_all(impls: Sequence[ConvImpl], device: str, cases: Sequence[Case],
 
 
 # ------------------------------------------------------------------------------------------ CLI
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--impl", nargs="+", metavar="NAME", help="implementations to check (default: all on the device)")
-    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
-    p.add_argument("--seed", type=int, default=0, help="seed for the random shapes and data (default 0)")
-    p.add_argument("--cases", type=int, default=DEFAULT_RANDOM_CASES,
-                   help=f"random shapes on top of the preset layers and edge shapes (default {DEFAULT_RANDOM_CASES})")
-    p.add_argument("--json", action="store_true", help="print a JSON list of results instead of the table")
-
 
 def main(args) -> int:
     if args.cases < 0:

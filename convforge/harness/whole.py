@@ -30,9 +30,6 @@ class NetworkCost:
     flops: int
     bytes_moved: int
 
-    def floor_s(self, ceilings) -> float:
-        return ceilings.floor_s(self.flops, self.bytes_moved)
-
 
 def network_cost(network: Network, batch: int) -> NetworkCost:
     """FLOPs (2 per multiply-add, convolutions and dense layers) and the bytes a fused pass must move."""
@@ -70,7 +67,8 @@ def candidates(network: Network, batch: int, compile_batches: Sequence[int]) -> 
 
 def bench_network(name: str, batches: Sequence[int], ceilings, compile_batches: Sequence[int],
                   repeat: int) -> list[dict]:  # pragma: no cover - needs a GPU
-    from convforge.harness.bench import environment, rotated_inputs, time_calls
+    from convforge.harness.probes import environment
+    from convforge.harness.timing import rotated_inputs, time_calls
     from convforge.harness.check import relative_error
     network = load_preset(name)
     arch = network.architecture
@@ -83,7 +81,7 @@ def bench_network(name: str, batches: Sequence[int], ceilings, compile_batches: 
         with torch.inference_mode():
             reference = forward_with(arch, params64, x.double()).cpu().numpy()
         cost = network_cost(network, batch)
-        floor_ms = cost.floor_s(ceilings) * 1e3
+        floor_ms = ceilings.floor_s(cost.flops, cost.bytes_moved) * 1e3
         inputs = rotated_inputs(x)
         runs = candidates(network, batch, compile_batches)
         for label, make in runs.items():
@@ -126,7 +124,7 @@ def accuracy_rows(name: str, images: int) -> list[dict]:  # pragma: no cover - n
 def main(argv: Optional[Sequence[str]] = None) -> int:  # pragma: no cover - needs a GPU
     import argparse
     from convforge.conv.torch_conv import exact_fp32
-    from convforge.harness.bench import measure_ceilings
+    from convforge.harness.probes import measure_ceilings
     from convforge.models import PRESETS
     parser = argparse.ArgumentParser(prog="python -m convforge.harness.whole", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", nargs="+", default=[p for p in PRESETS if p != "fa17-low"])
