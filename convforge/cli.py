@@ -224,6 +224,7 @@ COMMAND_MODULES = {
     "profile": "convforge.harness.profile",
     "report": "convforge.harness.report",
     "export": "convforge.mxnet",
+    "classify": "convforge.classify",
 }
 
 
