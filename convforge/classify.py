@@ -50,6 +50,8 @@ HELP = "classify images from an IDX/.npy file, a folder or a Fashion-MNIST split
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg"}
 GREY_MODES = {"L": "grey", "RGB": "RGB", "P": "palette", "1": "1-bit"}  # PIL modes turned into 8-bit grey
 HOST_SLOT_BYTES = 64 << 20   # bound on one pinned input buffer; the ring holds RING of them
+COPY_THREADS = 4             # threads copying one large chunk into its pinned buffer
+FORMAT_THREADS = 4           # threads formatting one chunk of CSV rows
 RING = 3                     # host buffers: one being filled, two queued on the GPU
 PARQUET_HINT = "pip install 'convforge[parquet]' (pyarrow)"
 
@@ -358,6 +360,7 @@ class CsvWriter:
         tails = [f",{i},{_csv_quote(str(name))}\n".encode() for i, name in enumerate(self.names)]
         self._tail_len = np.array([len(t) for t in tails])
         self._tails = np.zeros((len(tails), self._tail_len.max()), dtype=np.uint8)
+        self._pool: Optional[ThreadPoolExecutor] = None
         for i, tail in enumerate(tails):
             self._tails[i, :len(tail)] = np.frombuffer(tail, dtype=np.uint8)
 
@@ -380,19 +383,33 @@ class CsvWriter:
         self.handle.write(("\n".join(line.tolist()) + "\n").encode())
 
     def _fast_rows(self, positions: np.ndarray, classes: np.ndarray) -> bytes:
+        # Formatting runs in NumPy loops that release the GIL: large chunks are cut into pieces on threads.
+        pieces = min(FORMAT_THREADS, len(positions) // 16384)
+        if pieces < 2:
+            return self._format_rows(positions, classes)
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=FORMAT_THREADS, thread_name_prefix="convforge-csv")
+        bounds = np.linspace(0, len(positions), pieces + 1).astype(int)
+        return b"".join(self._pool.map(lambda ab: self._format_rows(positions[ab[0]:ab[1]], classes[ab[0]:ab[1]]),
+                                       zip(bounds[:-1], bounds[1:])))
+
+    def _format_rows(self, positions: np.ndarray, classes: np.ndarray) -> bytes:
         digits = len(str(int(positions.max())))
-        powers = 10 ** np.arange(digits - 1, -1, -1, dtype=np.int64)
         matrix = np.empty((len(positions), digits + self._tails.shape[1]), dtype=np.uint8)
-        matrix[:, :digits] = (positions[:, None] // powers) % 10 + ord("0")
+        value = positions
+        for k in range(digits - 1, -1, -1):  # decimal digits, right to left
+            value, matrix[:, k] = np.divmod(value, 10)
+        matrix[:, :digits] += ord("0")
         matrix[:, digits:] = self._tails[classes]
         keep = np.empty(matrix.shape, dtype=bool)
-        keep[:, :digits] = positions[:, None] >= powers   # no leading zeros ...
-        keep[:, digits - 1] = True                        # ... but 0 is "0"
+        keep[:, :digits] = positions[:, None] >= 10 ** np.arange(digits - 1, -1, -1, dtype=np.int64)  # no leading 0s
+        keep[:, digits - 1] = True                                                                  # but 0 is "0"
         keep[:, digits:] = np.arange(self._tails.shape[1]) < self._tail_len[classes][:, None]
         return matrix[keep].tobytes()
 
     def close(self) -> None:
-        pass
+        if self._pool is not None:
+            self._pool.shutdown()
 
 
 class ParquetWriter:
@@ -509,6 +526,7 @@ class _Producer(threading.Thread):
         for slot in range(len(buffers)):
             self.free.put(slot)
         self.stop = threading.Event()
+        self._pool: Optional[ThreadPoolExecutor] = None
 
     def run(self):
         try:
@@ -516,13 +534,28 @@ class _Producer(threading.Thread):
                 slot = self._take_slot()
                 if slot is None:
                     return
-                n = len(chunk.positions)
-                np.copyto(self.buffers[slot][:n], chunk.images)
+                self._copy(self.buffers[slot][:len(chunk.positions)], chunk.images)
                 chunk.images = None  # the buffer holds them now
                 self.filled.put((slot, chunk))
             self.filled.put(None)
         except BaseException as exc:  # handed to the consumer, which raises it in the main thread
             self.filled.put(exc)
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=False)
+
+    def _copy(self, target: np.ndarray, images: np.ndarray) -> None:
+        """Into the (pinned) buffer; large chunks from a memory-mapped file on threads, as page faults and
+        copying from the page cache, not the disk, bound one thread there."""
+        pieces = min(COPY_THREADS, images.nbytes // (8 << 20))
+        if pieces < 2:
+            np.copyto(target, images)
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=COPY_THREADS, thread_name_prefix="convforge-copy")
+        bounds = np.linspace(0, len(images), pieces + 1).astype(int)
+        list(self._pool.map(lambda ab: np.copyto(target[ab[0]:ab[1]], images[ab[0]:ab[1]]),
+                            zip(bounds[:-1], bounds[1:])))
 
     def _take_slot(self):
         while not self.stop.is_set():
