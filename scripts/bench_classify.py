@@ -143,7 +143,7 @@ def main() -> int:
     if child.returncode != 0:
         print(stderr, file=sys.stderr)
         return child.returncode
-    record = json.loads(stdout)
+    record = json.loads(stdout[stdout.index("{"):])  # anything a library printed before the JSON is skipped
 
     # Every written class id against Engine.run on the test set (the .npy repeats it), same implementation.
     engine = Engine(network, impl=args.impl, device=args.device)
