@@ -168,6 +168,11 @@ def cmd_export(args) -> int:
     return command.main(args)
 
 
+def cmd_classify(args) -> int:
+    from convforge import classify
+    return classify.main(args)
+
+
 # ------------------------------------------------------------------------------- options per command
 
 def _shape(text: str):
@@ -352,10 +357,37 @@ def _add_export(sub) -> None:
     p.set_defaults(func=cmd_export)
 
 
+def _add_classify(sub) -> None:
+    from convforge.models import DEFAULT_PRESET
+    text = "classify images from an IDX/.npy file, a folder or a Fashion-MNIST split, streaming; CSV/Parquet out"
+    p = sub.add_parser("classify", help=text, description=text)
+    p.add_argument("source", metavar="SOURCE",
+                   help="IDX file (gz or raw), .npy of (N, H, W) uint8, folder of PNG/JPEG, or fashion-mnist:test|train")
+    p.add_argument("--out", required=True, metavar="FILE", help="predictions file: .csv or .parquet (written atomically)")
+    p.add_argument("--format", choices=("csv", "parquet"), help="output format (default: from --out's suffix)")
+    p.add_argument("--logits", action="store_true", help="also write the network's 10 outputs per image")
+    p.add_argument("--model", default=DEFAULT_PRESET, help=f"preset name (default {DEFAULT_PRESET})")
+    p.add_argument("--weights", help="safetensors file to use instead of the preset's shipped weights")
+    p.add_argument("--impl", default="auto", help="convolution implementation, or auto (see 'convforge impls')")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--data-dir", help="folder holding the Fashion-MNIST IDX files (fashion-mnist:SPLIT sources)")
+    p.add_argument("--no-fuse", action="store_true", help="do not let a fusing kernel absorb activation and pool")
+    p.add_argument("--repeat", type=int, default=1, metavar="N", help="stream the source N times (default 1)")
+    p.add_argument("--limit", type=int, metavar="N", help="stop after the first N images of the stream")
+    p.add_argument("--chunk", type=int, metavar="N", help="images per chunk (default: the engine's, at most "
+                   "64 MiB of input)")
+    p.add_argument("--skip-bad", action="store_true", help="skip (and report) unreadable or odd images in a folder")
+    p.add_argument("--distributed", action="store_true",
+                   help="under torchrun: shard the stream over the processes, rank 0 merges one file")
+    p.add_argument("--json", action="store_true", help="print the run's figures as one JSON object")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_classify)
+
+
 # ------------------------------------------------------------------------------------------ main
 
 COMMANDS = (_add_infer, _add_models, _add_impls, _add_train, _add_verify, _add_bench, _add_profile, _add_sweep,
-            _add_report, _add_export)
+            _add_report, _add_export, _add_classify)
 
 
 def build_parser() -> argparse.ArgumentParser:

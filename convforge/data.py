@@ -34,6 +34,9 @@ SPLITS = {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
           "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
 SPLIT_SIZES = {"train": 60000, "test": 10000}
 NATIVE_SIZE = 28
+# Fashion-MNIST class ids 0..9, in the dataset's order.
+CLASS_NAMES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
+               "Ankle boot")
 INSTALL_HINT = ("install it with 'apt-get install -y dataset-fashion-mnist', or pass --data-dir DIR "
                 "(or set CONVFORGE_DATA) to a folder holding the four Fashion-MNIST IDX files")
 

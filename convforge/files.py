@@ -3,6 +3,7 @@ Used for caches, traces, charts, tuning tables and checkpoints alike."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
@@ -43,3 +44,19 @@ def write_files_atomically(files: dict, suffix: str = ".tmp") -> None:
     finally:
         for tmp, _ in temporary:
             Path(tmp).unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def atomic_path(path: Path, suffix: str = ".tmp"):
+    """The same for a file written by a ``with`` block (a stream of rows, say): the block writes the temporary
+    path it is given, which becomes ``path`` only if the block finishes; on any error, Ctrl-C included, the
+    temporary file goes and ``path`` stays as it was."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.chmod(tmp, _file_mode())
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
