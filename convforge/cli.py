@@ -38,6 +38,9 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--data-dir", help="folder holding the Fashion-MNIST IDX files")
     p.add_argument("--no-fuse", action="store_true", help="do not let a fusing kernel absorb activation and pool")
+    p.add_argument("--precision", default="exact", choices=("exact", "fast"),
+                   help="exact: fp32 arithmetic (default); fast (GPU): FP16 tensor cores for the unfused many-channel "
+                   "convolutions and TF32 ones for the dense layers, fp32 accumulation")
     p.add_argument("--streams", type=int, default=0, metavar="N",
                    help="also run end to end from host memory on N CUDA streams, and compare")
     _add_mxnet_options(p)
@@ -73,7 +76,8 @@ def cmd_infer(args) -> int:
     print_table(f"{result.model} on {result.device}, {result.images} images", ("layer", "B M C H W K", "implementation",
                  "op time", "GFLOP/s"), rows, justify_right=("op time", "GFLOP/s"))
     print(f"one-time preparation (not in Op Time): {result.prepare_time_s:.3f} s; "
-          f"whole forward pass: {result.total_time_s:.3f} s")
+          f"whole forward pass: {result.total_time_s:.3f} s ({result.images_per_s:,.0f} images/s, "
+          f"{result.precision} precision)")
     if streamed:
         same = "identical" if (streamed.predictions == result.predictions).all() else "DIFFERENT"
         print(f"end to end from host memory: {result.total_time_s * 1e3:.3f} ms without streams, "
@@ -144,6 +148,9 @@ def cmd_verify(args) -> int:
 
 
 def cmd_bench(args) -> int:
+    if args.whole:
+        from convforge.harness import whole
+        return whole.main(args)
     from convforge.harness import bench
     return bench.main(args)
 
@@ -273,6 +280,10 @@ def _add_bench(sub) -> None:
     output.add_argument("--csv", action="store_true", help="print the rows as CSV instead of the table")
     p.add_argument("--out", metavar="FILE", help="also write the rows to FILE (.json or .csv)")
     p.add_argument("--report", metavar="DIR", help="also write a report (charts and tables) into DIR")
+    p.add_argument("--whole", action="store_true",
+                   help="time each preset's whole forward pass instead of its layers (GPU): convforge exact, from a "
+                   "CUDA graph, and fast, against PyTorch eager, eager in a CUDA graph and torch.compile(max-autotune) "
+                   "(at the largest --images only), with %% of the network's floor and the accuracy of both paths")
     p.add_argument("--hugepages", action="store_true",
                    help=f"run with torch's {harness.THP_ENV}=1 for the whole process, so that torch's CPU allocator "
                    "page-aligns every tensor of 2 MiB or more and advises huge pages for it (madvise, as "

@@ -41,6 +41,14 @@ def resolve_device(device: str) -> str:
     return device
 
 
+def check_precision(precision: str, device: str) -> str:
+    if precision not in PRECISIONS:
+        raise UserError(f"unknown precision '{precision}'; choose {' or '.join(PRECISIONS)}")
+    if precision == "fast" and device != "cuda":
+        raise UserError("--precision fast runs on tensor cores: it needs --device cuda")
+    return precision
+
+
 class Stopwatch:
     """Times a region of device work: CUDA events on a GPU, the host clock after a sync on a CPU.
 
@@ -106,11 +114,17 @@ class InferenceResult:
     prepare_time_s: float
     total_time_s: float
     extra: dict = field(default_factory=dict)
+    precision: str = "exact"
+
+    @property
+    def images_per_s(self) -> float:
+        return self.images / self.total_time_s if self.total_time_s > 0 else float("nan")
 
     def as_dict(self) -> dict:
         return {"model": self.model, "images": self.images, "impl": self.impl, "device": self.device,
-                "correctness": self.correctness, "layers": [layer.as_dict() for layer in self.layers],
-                "prepare_time_s": self.prepare_time_s, "total_time_s": self.total_time_s, **self.extra}
+                "precision": self.precision, "correctness": self.correctness,
+                "layers": [layer.as_dict() for layer in self.layers], "prepare_time_s": self.prepare_time_s,
+                "total_time_s": self.total_time_s, "images_per_s": self.images_per_s, **self.extra}
 
 
 @dataclass
@@ -133,11 +147,7 @@ class Engine:
         self.device = resolve_device(device)
         # A registry entry is taken as resolved by the caller (the CLI checks it once); a name is resolved here.
         self.impl = impl if isinstance(impl, conv.ConvImpl) else conv.resolve(impl, self.device)
-        if precision not in PRECISIONS:
-            raise UserError(f"unknown precision '{precision}'; choose {' or '.join(PRECISIONS)}")
-        if precision == "fast" and self.device != "cuda":
-            raise UserError("--precision fast runs on tensor cores: it needs --device cuda")
-        self.precision = precision
+        self.precision = check_precision(precision, self.device)
         self.params = {k: v.to(self.device) for k, v in network.params.items()}
         arch = network.architecture
         self.annotate = annotate  # name each layer in profiler traces (record_function + NVTX)
@@ -241,7 +251,8 @@ class Engine:
         return InferenceResult(model=self.network.name, images=len(predictions), impl=self.impl.name,
                                device=self.device, correctness=correctness, predictions=predictions,
                                layers=[s.result for s in self.steps if s.result is not None],
-                               prepare_time_s=self.prepare_time_s, total_time_s=total, extra=extra)
+                               prepare_time_s=self.prepare_time_s, total_time_s=total, extra=extra,
+                               precision=self.precision)
 
     def run(self, images: np.ndarray, labels: Optional[np.ndarray] = None) -> InferenceResult:
         """Classify (N, S, S) uint8 images chunk by chunk; Op Time is summed over the chunks."""

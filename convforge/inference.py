@@ -23,12 +23,13 @@ def load_network(args):
 def load_for_inference(args, annotate: bool = False):
     """(dataset, engine) for the options, announcing each step unless --json."""
     from convforge import conv, data
-    from convforge.engine import Engine, resolve_device
+    from convforge.engine import Engine, check_precision, resolve_device
     say = (lambda *a, **k: None) if getattr(args, "json", False) else print
     if not 1 <= args.images <= data.SPLIT_SIZES["test"]:
         raise UserError(f"--images must be between 1 and {data.SPLIT_SIZES['test']}, got {args.images}")
     device = resolve_device(args.device)
     impl = conv.resolve(args.impl, device)  # checked here, once: the engine takes the resolved entry
+    precision = check_precision(getattr(args, "precision", "exact"), device)
     if getattr(args, "streams", 0) and device != "cuda":
         raise UserError("--streams overlaps host-to-device copies with GPU work: it needs --device cuda")
     if getattr(args, "streams", 0) < 0:
@@ -38,7 +39,8 @@ def load_for_inference(args, annotate: bool = False):
     dataset = data.load("test", network.architecture.input_size, args.images, args.data_dir)
     say("Loading fashion-mnist data... done")
     say("Loading model...", end=" ", flush=True)
-    engine = Engine(network, impl=impl, device=device, fuse=not args.no_fuse, annotate=annotate)
+    engine = Engine(network, impl=impl, device=device, fuse=not args.no_fuse, annotate=annotate,
+                    precision=precision)
     say("done")
     return dataset, engine
 

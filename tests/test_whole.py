@@ -21,3 +21,19 @@ def test_two_conv_network_cost():
     conv = 2 * (6 * 44 * 44 * 25) + 2 * (16 * 18 * 18 * 6 * 25)
     dense = 2 * (16 * 18 * 18 * 140 + 140 * 10)
     assert cost.flops == conv + dense
+
+
+def test_cli_refuses_gpu_only_options_on_the_cpu_with_one_line(cli):
+    code, out, err = cli("infer", "--model", "sp19", "--images", "10", "--device", "cpu", "--precision", "fast")
+    assert code == 2 and out == "" and err.strip().count("\n") == 0 and "needs --device cuda" in err
+    code, out, err = cli("bench", "--whole", "--device", "cpu")
+    assert code == 2 and out == "" and "needs --device cuda" in err
+
+
+def test_infer_reports_images_per_second_and_precision(cli, data_dir):
+    import json
+    code, out, _ = cli("infer", "--model", "sp19", "--images", "20", "--device", "cpu", "--impl", "torch",
+                       "--json", "--data-dir", data_dir)
+    record = json.loads(out)
+    assert code == 0 and record["precision"] == "exact"
+    assert record["images_per_s"] == record["images"] / record["total_time_s"] > 0

@@ -1,6 +1,7 @@
 """Whole-network benchmark: a preset's forward pass per batch, convforge against PyTorch in the same run.
 
-Rows per (preset, batch): the engine's forward (``auto``'s kernels, untimed per layer) as it runs eagerly and
+``convforge bench --whole [--model ...] [--images 10 100 1000 10000] [--out FILE]``. Rows per (preset,
+batch): the engine's forward (``auto``'s kernels, untimed per layer) as it runs eagerly and
 replayed from a CUDA graph; PyTorch eager (cuDNN, TF32 off), the same captured in a CUDA graph, and
 ``torch.compile(mode="max-autotune")`` (at the batches ``compile_batches`` names: each compile takes minutes).
 Every candidate's logits are checked against a float64 forward pass on the same input before it is timed.
@@ -121,37 +122,31 @@ def accuracy_rows(name: str, images: int) -> list[dict]:  # pragma: no cover - n
     return rows
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:  # pragma: no cover - needs a GPU
-    import argparse
+def main(args) -> int:  # pragma: no cover - needs a GPU
+    """``convforge bench --whole``: ``args`` is bench's namespace (model, images as the batches, repeat, out)."""
+    from pathlib import Path
     from convforge.conv.torch_conv import exact_fp32
+    from convforge.engine import resolve_device
+    from convforge.errors import UserError
+    from convforge.files import write_atomically
     from convforge.harness.probes import measure_ceilings
-    from convforge.models import PRESETS
-    parser = argparse.ArgumentParser(prog="python -m convforge.harness.whole", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", nargs="+", default=[p for p in PRESETS if p != "fa17-low"])
-    parser.add_argument("--batch", nargs="+", type=int, default=list(BATCHES))
-    parser.add_argument("--compile-batch", nargs="*", type=int, default=[10000],
-                        help="batches at which torch.compile(max-autotune) is also timed (minutes each)")
-    parser.add_argument("--repeat", type=int, default=30)
-    parser.add_argument("--out", help="write the rows as JSON here")
-    parser.add_argument("--accuracy", type=int, default=0, metavar="N",
-                        help="also the exact and fast paths' correctness on the first N test images")
-    args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("no CUDA GPU: the whole-network benchmark times GPU forward passes")
-        return 2
+    from convforge.models import PRESETS, get_preset
+    if resolve_device(args.device) != "cuda":
+        raise UserError("bench --whole times GPU forward passes: it needs --device cuda (or auto with a GPU)")
+    models = args.model or [p for p in PRESETS if p != "fa17-low"]
+    for name in models:
+        get_preset(name)                      # an unknown name fails here, before any work
+    out = Path(args.out) if args.out else None
+    if out is not None and not out.parent.is_dir():
+        raise UserError(f"the folder of --out {args.out} does not exist; create {out.parent} first")
+    batches = sorted(set(args.images))
     exact_fp32()
     ceilings = measure_ceilings("cuda")
     print(f"ceilings: copy {ceilings.copy_gbps:.0f} GB/s, fp32 matmul {ceilings.matmul_gflops / 1e3:.1f} TFLOP/s")
     rows = []
-    for name in args.model:
-        if args.accuracy:
-            rows += accuracy_rows(name, args.accuracy)
-        rows += bench_network(name, args.batch, ceilings, args.compile_batch, args.repeat)
-        if args.out:
-            with open(args.out, "w") as handle:
-                json.dump(rows, handle, indent=1)
+    for name in models:
+        rows += accuracy_rows(name, 10000)
+        rows += bench_network(name, batches, ceilings, batches[-1:], args.repeat or 20)
+        if out is not None:   # after each preset, so a run cut short keeps what it measured
+            write_atomically(out, lambda tmp: Path(tmp).write_text(json.dumps(rows, indent=1)))
     return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())
