@@ -8,6 +8,7 @@ safetensors inside the package and are widened to float32 on load: the network c
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from importlib import resources
@@ -281,12 +282,30 @@ def shipped_weights(name: str) -> Path:
     return Path(str(resources.files("convforge") / "weights" / get_preset(name).weights_file))
 
 
+def shipped_checksum(path: Path) -> Optional[str]:
+    """The SHA-256 that weights/SHA256SUMS records for a shipped weights file (None if it lists none)."""
+    listing = path.with_name("SHA256SUMS")
+    if not listing.is_file():
+        return None
+    for line in listing.read_text(encoding="utf-8").splitlines():
+        digest, _, file = line.partition("  ")
+        if file.strip() == path.name:
+            return digest.strip()
+    return None
+
+
 def load_preset(name: str, weights: Optional[str | Path] = None) -> Network:
-    """A preset with its shipped weights, or with the weights file given."""
+    """A preset with its shipped weights (checked against weights/SHA256SUMS: a changed or damaged file is an
+    error, not a silently different model), or with the weights file given."""
     preset = get_preset(name)
     path = Path(weights) if weights else shipped_weights(name)
     if not weights and not path.is_file():
         raise UserError(f"no shipped weights for {name} ({path}); train them with 'convforge train {name}'")
+    if not weights:
+        expected = shipped_checksum(path)
+        if expected is None or hashlib.sha256(path.read_bytes()).hexdigest() != expected:
+            raise UserError(f"the shipped weights {path} do not match their checksum in {path.with_name('SHA256SUMS')}"
+                            " (changed or damaged); reinstall convforge, or pass your own file with --weights")
     tensors, metadata = read_safetensors(path)
     if metadata.get("architecture", preset.architecture.name) != preset.architecture.name:
         raise UserError(f"weights file {path} is for architecture '{metadata['architecture']}', not "

@@ -87,3 +87,28 @@ def test_training_is_deterministic_and_learns(tmp_path, data_dir):
     assert all(torch.equal(a.params[k], b.params[k]) for k in a.params)
     assert a.accuracy > 0.2  # ten classes: chance is 0.1
     assert Path(tmp_path / "a.safetensors").is_file()
+
+
+def test_every_shipped_weights_file_matches_its_recorded_checksum():
+    import hashlib
+    from convforge.models import PRESETS, shipped_checksum, shipped_weights
+    for name in PRESETS:
+        path = shipped_weights(name)
+        assert shipped_checksum(path) == hashlib.sha256(path.read_bytes()).hexdigest(), name
+
+
+def test_a_flipped_byte_in_shipped_weights_is_an_error(tmp_path, monkeypatch):
+    import shutil
+    from convforge import models
+    from convforge.errors import UserError
+    original = models.shipped_weights("sp19")
+    copy = tmp_path / original.name
+    shutil.copy(original, copy)
+    shutil.copy(original.with_name("SHA256SUMS"), tmp_path / "SHA256SUMS")
+    monkeypatch.setattr(models, "shipped_weights", lambda name: copy)
+    assert models.load_preset("sp19").name == "sp19"          # the intact copy loads
+    data = bytearray(copy.read_bytes())
+    data[len(data) // 2] ^= 0x01                               # one bit in the middle of the tensors
+    copy.write_bytes(bytes(data))
+    with pytest.raises(UserError, match="do not match their checksum"):
+        models.load_preset("sp19")
