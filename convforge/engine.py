@@ -9,6 +9,7 @@ timed apart. Everything else (activations, pooling, fully-connected layers) runs
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Optional, Union
@@ -26,8 +27,21 @@ from convforge.models import Conv, ConvShape, Dense, Network, apply_layer, fusio
 PRECISIONS = ("exact", "fast")
 FAST_CONV = "cuda-tc-fp16"
 
-# Bound on the largest activation of one chunk, so memory stays flat for any number of images.
+# Bound on the largest activation of one chunk, so memory stays flat for any number of images. On a GPU it
+# is also at most FREE_MEMORY_SHARE of the memory free when the engine is built: a chunk holds its input,
+# the largest activation and its successor, and some kernels' scratch (unroll + GEMM) at once.
 CHUNK_BYTES = {"cpu": 256 << 20, "cuda": 4 << 30}
+FREE_MEMORY_SHARE = 1 / 8
+
+
+def default_chunk(device: str, activation_elements: int) -> int:
+    """Images per chunk: the largest activation of a chunk within CHUNK_BYTES[device] and, on a GPU,
+    within FREE_MEMORY_SHARE of the free memory (a GPU shared with other work gets smaller chunks)."""
+    budget = CHUNK_BYTES[device]
+    if device == "cuda":
+        free, _ = torch.cuda.mem_get_info()
+        budget = min(budget, int(free * FREE_MEMORY_SHARE))
+    return max(1, budget // (4 * activation_elements))
 
 
 def resolve_device(device: str) -> str:
@@ -151,7 +165,7 @@ class Engine:
         self.params = {k: v.to(self.device) for k, v in network.params.items()}
         arch = network.architecture
         self.annotate = annotate  # name each layer in profiler traces (record_function + NVTX)
-        self.chunk = chunk or max(1, CHUNK_BYTES[self.device] // (4 * arch.max_activation_elements()))
+        self.chunk = chunk or default_chunk(self.device, arch.max_activation_elements())
         self.steps: list[_Step] = []
         self._warm_batches: set[int] = set()
         self._graphs: dict[int, GraphedForward] = {}
@@ -263,17 +277,49 @@ class Engine:
                 step.result.op_time_s = 0.0
                 step.result.shape = step.result.shape.with_batch(n)
         predictions = np.empty(n, dtype=np.int64)
-        self._warm_up(images)
+        while True:   # the first pass may already find the GPU too full for the chunk
+            try:
+                self._warm_up(images)
+                break
+            except torch.OutOfMemoryError:
+                pass
+            self._halve_chunk([0.0 for s in self.steps if s.result is not None])
         t0 = time.perf_counter()
         with torch.inference_mode():
-            for start in range(0, n, self.chunk):
-                block = torch.from_numpy(images[start:start + self.chunk]).to(self.device)
-                x = block.to(torch.float32).unsqueeze(1).contiguous()
-                logits = self.forward(x)
-                predictions[start:start + block.shape[0]] = logits.argmax(dim=1).cpu().numpy()
+            start = 0
+            while start < n:
+                op_times = [s.result.op_time_s for s in self.steps if s.result is not None]
+                try:
+                    self._warm_up(images)   # nothing to do unless the chunk was just halved
+                    block = torch.from_numpy(images[start:start + self.chunk]).to(self.device)
+                    x = block.to(torch.float32).unsqueeze(1).contiguous()
+                    logits = self.forward(x)
+                    predictions[start:start + block.shape[0]] = logits.argmax(dim=1).cpu().numpy()
+                    start += block.shape[0]
+                    continue
+                except torch.OutOfMemoryError:
+                    pass
+                # Outside the except clause: its traceback no longer holds the failed chunk's tensors.
+                block = x = logits = None
+                self._halve_chunk(op_times)
         if self.device == "cuda":
             torch.cuda.synchronize()
         return self._result(predictions, labels, time.perf_counter() - t0)
+
+    def _halve_chunk(self, op_times: list[float]) -> None:
+        """After an allocation failure (the GPU is shared, or a kernel needs more scratch than foreseen):
+        free torch's cached blocks, halve the chunk and undo the failed chunk's partial Op Time, so the run
+        goes on with the same answers. One warning per halving."""
+        if self.chunk == 1:
+            raise UserError(f"out of {self.device} memory with one image per chunk; free memory on the device "
+                            "(other processes) or run with --device cpu")
+        if self.device == "cuda":
+            torch.cuda.empty_cache()
+        self.chunk = max(1, self.chunk // 2)
+        print(f"warning: out of {self.device} memory; continuing with chunks of {self.chunk} images",
+              file=sys.stderr, flush=True)
+        for step, seconds in zip([s for s in self.steps if s.result is not None], op_times):
+            step.result.op_time_s = seconds
 
     def _warm_up(self, images: np.ndarray, chunk: Optional[int] = None) -> None:
         """On a GPU (or for an implementation that compiles per input shape), one untimed pass per chunk

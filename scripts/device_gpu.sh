@@ -2,9 +2,10 @@
 # One device call that checks and measures every GPU implementation (see benchmarks/RESULTS.md):
 # verify, correctness on every preset, memcheck/racecheck, the B=10000 bench with cuDNN, a profile.
 # Usage on the device machine: bash scripts/device_gpu.sh [stage ...]
-#   stages: verify correct sanitize streams bench profile sass sweep
+#   stages: ceilings verify correct sanitize streams bench profile sass sweep
 #   SWEEP_IMPLS / SWEEP_ARGS: what 'sweep' times (default: the tuned CUDA and Triton kernels, no variants)
-#   env: VERIFY_IMPLS / BENCH_IMPLS / SANITIZE_IMPLS (default: every implementation of the stage), VERIFY_CASES
+#   env: VERIFY_IMPLS / BENCH_IMPLS / SANITIZE_IMPLS (default: every implementation of the stage), VERIFY_CASES,
+#   SANITIZE_TOOLS (default: memcheck racecheck initcheck synccheck), SANITIZE_CASES, SANITIZE_TIMEOUT (s per tool)
 #   (random shapes per implementation), BENCH_TAG (bench file name prefix), BENCH_MODELS (default: every preset; one JSON file per preset, so a
 #   stage cut short keeps what it finished)
 set -uo pipefail
@@ -14,6 +15,10 @@ stages=${*:-verify correct sanitize bench profile}
 has() { [[ " $stages " == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 python3 -c "import torch, triton, cupy; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version(), 'triton', triton.__version__, 'cupy', cupy.__version__)"
+if has ceilings; then  # the roofline ceilings every floor is taken from (copy, read, write; SGEMM, FMA peak)
+  python3 -c "from convforge.harness.probes import measure_ceilings; c = measure_ceilings('cuda'); print(c.describe()); print(c)" \
+    2>&1 | tee "$OUT/ceilings.txt"
+fi
 if has verify; then
   CONVFORGE_TRITON_AUTOTUNE=0 python3 -m convforge verify --device cuda ${VERIFY_IMPLS:+--impl $VERIFY_IMPLS} \
     ${VERIFY_CASES:+--cases $VERIFY_CASES} 2>&1 | tee "$OUT/verify_cuda.txt" | tail -25
@@ -23,9 +28,11 @@ if has correct; then
 fi
 if has sanitize; then
   cuda_impls=${SANITIZE_IMPLS:-$(python3 -c "from convforge import conv; print(' '.join(i.name for i in conv.IMPLEMENTATIONS if i.name.startswith('cuda-')))")}
-  for tool in memcheck racecheck; do
-    compute-sanitizer --tool $tool --error-exitcode 99 python3 -m convforge verify --device cuda --cases 3 --impl $cuda_impls \
-      > "$OUT/sanitizer_$tool.txt" 2>&1; echo "compute-sanitizer $tool exit $?: $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer_$tool.txt" | tail -1)"
+  for tool in ${SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}; do   # verify's cases: preset layers, edge and random shapes
+    start=$SECONDS
+    timeout ${SANITIZE_TIMEOUT:-290} compute-sanitizer --tool $tool --error-exitcode 99 python3 -m convforge verify --device cuda \
+      --cases ${SANITIZE_CASES:-3} --impl $cuda_impls > "$OUT/sanitizer_$tool.txt" 2>&1
+    echo "compute-sanitizer $tool exit $? in $((SECONDS - start)) s: $(grep -E 'SUMMARY' "$OUT/sanitizer_$tool.txt" | tail -1)"
   done
 fi
 if has bench; then

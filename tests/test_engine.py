@@ -6,6 +6,7 @@ import torch
 
 from convforge import data
 from convforge.engine import Engine
+from convforge.errors import UserError
 from convforge.models import PRESETS, forward_reference, load_preset
 
 
@@ -35,6 +36,34 @@ def test_chunk_size_bounds_memory():
     engine = Engine(network, impl="torch", device="cpu")
     per_image = 4 * network.architecture.max_activation_elements()
     assert engine.chunk * per_image <= 256 << 20 and engine.chunk >= 1
+
+
+def test_an_allocation_failure_halves_the_chunk_and_keeps_the_answers(data_dir, capsys):
+    """A chunk that does not fit (a GPU shared with other work) is retried at half the size, with the same
+    predictions and no Op Time counted for the failed attempt; one image per chunk that fails is an error."""
+    network = load_preset("sp19")
+    subset = data.load("test", 48, 50, data_dir)
+    expected = Engine(network, impl="torch", device="cpu").run(subset.images, subset.labels)
+    engine = Engine(network, impl="torch", device="cpu", chunk=32)
+    conv_fn = engine.steps[0].conv_fn
+    failures = []
+
+    def fails_above_8(x, out=None):
+        if x.shape[0] > 8:
+            failures.append(x.shape[0])
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return conv_fn(x)
+    engine.steps[0].conv_fn = fails_above_8
+    result = engine.run(subset.images, subset.labels)
+    assert np.array_equal(result.predictions, expected.predictions)
+    assert failures == [32, 16] and engine.chunk == 8
+    assert capsys.readouterr().err.count("out of cpu memory") == 2
+
+    def always_fails(x, out=None):
+        raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+    engine.steps[0].conv_fn = always_fails
+    with pytest.raises(UserError, match="one image per chunk"):
+        engine.run(subset.images[:5], subset.labels[:5])
 
 
 @pytest.mark.slow

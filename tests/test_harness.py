@@ -247,6 +247,16 @@ def test_verify_reports_a_module_that_fails_to_load(monkeypatch):
 FAKE_CEILINGS = probes.Ceilings(copy_gbps=10.0, matmul_gflops=100.0)
 
 
+def test_the_floor_takes_the_best_measured_rates():
+    """A kernel that mostly reads can beat the copy rate, a direct convolution the SGEMM rate: the floor
+    uses the best bandwidth and the best arithmetic rate measured, and skips a rate not measured."""
+    ceilings = probes.Ceilings(copy_gbps=10.0, matmul_gflops=100.0, fma_gflops=300.0, read_gbps=20.0, write_gbps=5.0)
+    assert ceilings.floor_s(flops=0, bytes_moved=40e9) == pytest.approx(2.0)
+    assert ceilings.floor_s(flops=600e9, bytes_moved=0) == pytest.approx(2.0)
+    assert FAKE_CEILINGS.floor_s(flops=100e9, bytes_moved=5e9) == pytest.approx(1.0)
+    assert "read 20.0" in ceilings.describe() and "FMA peak 300.0" in ceilings.describe()
+
+
 def test_time_calls_counts_warmup_and_repeats():
     calls = []
     times = timing.time_calls(calls.append, [torch.zeros(1)], "cpu", warmup=2, repeat=5)

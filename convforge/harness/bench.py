@@ -67,7 +67,7 @@ ROW_KEYS = ("kind", "model", "layer", "B", "M", "C", "H", "W", "K", "impl", "pre
             "roofline_pct", "baseline", "baseline_ms", "speedup", "copy_gbps", "matmul_gflops",
             "machine", "cpu", "threads", "gpu", "torch", "cuda", "cudnn", "numba", "triton", "cupy", "python",
             "date", "gpu_uuid", "timing", "fma_gflops", "minflt_per_call", "loadavg_1m", "other_cpu_pct",
-            "steal_pct", "thp_enabled", "thp_defrag", "torch_thp_alloc", *GPU_CLOCK_FIELDS)
+            "steal_pct", "thp_enabled", "thp_defrag", "torch_thp_alloc", *GPU_CLOCK_FIELDS, "read_gbps", "write_gbps")
 
 
 # ------------------------------------------------------------------------------------------ cases
@@ -128,7 +128,7 @@ def make_row(kind: str, case: BenchCase, impl: str, precision: str, device: str,
            "gbps": bytes_moved / median_s / 1e9, "floor_ms": floor_s * 1e3, "roofline_pct": 100 * floor_s / median_s,
            "baseline": baseline, "baseline_ms": baseline_ms, "speedup": baseline_ms / (median_s * 1e3),
            "copy_gbps": ceilings.copy_gbps, "matmul_gflops": ceilings.matmul_gflops,
-           "fma_gflops": ceilings.fma_gflops, **env, **(load or {})}
+           "fma_gflops": ceilings.fma_gflops, "read_gbps": ceilings.read_gbps, "write_gbps": ceilings.write_gbps, **env, **(load or {})}
     return {key: row.get(key) for key in ROW_KEYS}
 
 
@@ -235,11 +235,9 @@ def rows_as_json(rows: Sequence[dict]) -> str:
 def print_rows_table(rows: Sequence[dict], ceilings: Ceilings, device: str) -> None:
     first = rows[0] if rows else environment(device)
     where = first["gpu"] or f"{first['cpu']}, {first['threads']} threads"
-    fma = f", FMA peak {ceilings.fma_gflops:.1f} GFLOP/s" if ceilings.fma_gflops else ""
     pages = "" if device == "cuda" else (f"; THP {first['thp_enabled']}, torch huge-page allocator "
                                          f"{'on' if first['torch_thp_alloc'] else 'off'}")
-    title = (f"bench on {device} ({where}): copy {ceilings.copy_gbps:.1f} GB/s, "
-             f"fp32 matmul {ceilings.matmul_gflops:.1f} GFLOP/s{fma}{pages}; times in ms")
+    title = f"bench on {device} ({where}): {ceilings.describe()}{pages}; times in ms"
     columns = ("layer", "kind", "B", "impl", "median", "p20-p80", "GFLOP/s", "GB/s", "floor", "% floor", "speedup")
     table = [(r["layer"], r["kind"], r["B"], r["impl"], f"{r['median_ms']:.4g}",
               f"{r['p20_ms']:.4g}-{r['p80_ms']:.4g}", f"{r['gflops']:.1f}", f"{r['gbps']:.1f}",

@@ -39,14 +39,29 @@ THP_PROBE_BYTES = 64 << 20                        # above torch's 2 MiB huge-pag
 
 @dataclass(frozen=True)
 class Ceilings:
-    """This machine's measured copy bandwidth (bytes read + written) and fp32 matrix-product rate; on a CPU
-    also the fp32 FMA peak of a register-resident loop (recorded only: the floor uses the matmul rate)."""
+    """This machine's measured rates: copy bandwidth (bytes read + written), read-only and write-only
+    bandwidth, the fp32 matrix-product rate (TF32 off) and the fp32 FMA peak of a register-resident loop.
+
+    A floor must be a floor: a kernel that only reads (most of a conv layer's traffic is its input) can
+    beat the copy rate, and a direct convolution's FMAs can beat cuBLAS's SGEMM rate (H200 run of
+    2026-11-25: four rows at 102-103 % of a copy/SGEMM floor). So the floor takes the best bandwidth and
+    the best arithmetic rate measured; a rate not measured (None) is left out."""
     copy_gbps: float
     matmul_gflops: float
     fma_gflops: Optional[float] = None
+    read_gbps: Optional[float] = None
+    write_gbps: Optional[float] = None
+
+    @property
+    def bandwidth_gbps(self) -> float:
+        return max(rate for rate in (self.copy_gbps, self.read_gbps, self.write_gbps) if rate)
+
+    @property
+    def compute_gflops(self) -> float:
+        return max(rate for rate in (self.matmul_gflops, self.fma_gflops) if rate)
 
     def floor_s(self, flops: int, bytes_moved: int) -> float:
-        return max(bytes_moved / (self.copy_gbps * 1e9), flops / (self.matmul_gflops * 1e9))
+        return max(bytes_moved / (self.bandwidth_gbps * 1e9), flops / (self.compute_gflops * 1e9))
 
     def layer_floor_s(self, shape: ConvShape, pool: Optional[int] = None) -> float:
         """The roofline floor of one conv layer; with ``pool`` (a fused call) only the pooled output is written."""
@@ -54,29 +69,46 @@ class Ceilings:
         out_elements = None if not pool else shape.B * shape.M * (out_h // pool) * (out_w // pool)
         return self.floor_s(shape.flops, shape.bytes_moved(out_elements))
 
+    def describe(self) -> str:
+        """One line for a run's header."""
+        parts = [f"copy {self.copy_gbps:.1f}"]
+        parts += [f"{name} {rate:.1f}" for name, rate in (("read", self.read_gbps), ("write", self.write_gbps)) if rate]
+        fma = f", FMA peak {self.fma_gflops:.1f}" if self.fma_gflops else ""
+        return f"{', '.join(parts)} GB/s; fp32 matmul {self.matmul_gflops:.1f}{fma} GFLOP/s"
+
 
 def measure_ceilings(device: str, budget_s: float = DEFAULT_BUDGET_S) -> Ceilings:
-    """Copy COPY_BYTES[device] device to device and multiply N x N fp32 matrices (TF32 off) for each N of
-    MATMUL_SIZES[device], on torch's threads; on a CPU also time ``fma_peak_gflops``.
+    """Copy, read (a sum) and write (a fill) COPY_BYTES[device]; multiply N x N fp32 matrices (TF32 off)
+    for each N of MATMUL_SIZES[device], on torch's threads; time the FMA peak (``fma_peak_gflops`` on a
+    CPU, ``gpu_fma_peak_gflops`` on a GPU).
 
     Each ceiling is the fastest of its repeated runs (and of the matrix sizes), not the median: it bounds
     what the machine can do, and a run slowed by other work on the machine must not lower it.
     """
     from convforge.conv.torch_conv import exact_fp32
     exact_fp32()
-    source = torch.ones(COPY_BYTES[device] // 4, device=device)
+    nbytes = COPY_BYTES[device]
+    source = torch.ones(nbytes // 4, device=device)
     target = torch.empty_like(source)
-    copy_s = float(np.min(time_calls(lambda src: target.copy_(src), [source], device, budget_s=budget_s)))
+    total = torch.empty((), device=device)
+
+    def fastest(fn, inputs, budget):
+        return float(np.min(time_calls(fn, inputs, device, budget_s=budget)))
+
+    copy_s = fastest(lambda src: target.copy_(src), [source], budget_s / 2)
+    read_s = fastest(lambda src: torch.sum(src, dim=0, out=total), [source], budget_s / 4)
+    write_s = fastest(lambda value: target.fill_(value), [1.5], budget_s / 4)
     del source, target
     matmul_gflops = 0.0
     for n in MATMUL_SIZES[device]:
         a, b = torch.rand(n, n, device=device), torch.rand(n, n, device=device)
         product = torch.empty(n, n, device=device)
-        seconds = float(np.min(time_calls(lambda left: torch.mm(left, b, out=product), [a], device,
-                                          budget_s=budget_s / len(MATMUL_SIZES[device]))))
+        seconds = fastest(lambda left: torch.mm(left, b, out=product), [a], budget_s / len(MATMUL_SIZES[device]))
         matmul_gflops = max(matmul_gflops, 2 * n ** 3 / seconds / 1e9)
-    fma = fma_peak_gflops(torch.get_num_threads(), budget_s / 2) if device == "cpu" else None
-    return Ceilings(copy_gbps=2 * COPY_BYTES[device] / copy_s / 1e9, matmul_gflops=matmul_gflops, fma_gflops=fma)
+    fma = (fma_peak_gflops(torch.get_num_threads(), budget_s / 2) if device == "cpu"
+           else gpu_fma_peak_gflops(budget_s / 4))
+    return Ceilings(copy_gbps=2 * nbytes / copy_s / 1e9, matmul_gflops=matmul_gflops, fma_gflops=fma,
+                    read_gbps=nbytes / read_s / 1e9, write_gbps=nbytes / write_s / 1e9)
 
 
 def fma_source() -> str:
@@ -133,6 +165,23 @@ def fma_peak_gflops(threads: int, budget_s: float = DEFAULT_BUDGET_S / 2) -> Opt
         best = max(best, flops_per_pass * passes * len(accs) / run(passes) / 1e9)
         runs += 1
     return best
+
+
+def gpu_fma_peak_gflops(budget_s: float = DEFAULT_BUDGET_S / 4, trips: int = 512) -> Optional[float]:
+    """fp32 GFLOP/s of ``fma_probe``'s register-resident FMA chains on every SM of the current GPU, the best
+    of repeated calls. None without Triton (or if it cannot compile the probe): the floor then uses the
+    matrix-product rate alone, and the row records that the FMA peak was not measured."""
+    try:
+        from convforge.harness import fma_probe
+        sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+        out = torch.empty(sms * fma_probe.PROGRAMS_PER_SM * fma_probe.BLOCK, device="cuda")
+        run, flops = fma_probe.launcher(out, sms, trips)
+        run(None)
+        torch.cuda.synchronize()
+    except Exception:  # ImportError without Triton; a compile error must not stop the bench
+        return None
+    seconds = float(np.min(time_calls(run, [None], "cuda", budget_s=budget_s)))
+    return flops / seconds / 1e9
 
 
 # -------------------------------------------------------------------------------------- environment

@@ -7,7 +7,7 @@ The course compared its kernels by hand, Op Time line against Op Time line. This
                        bars sorted fastest first (fused conv+act+pool rows in their own group), log axis where
                        a panel's times span a decade
     roofline.png       achieved GFLOP/s against arithmetic intensity (flops / bytes) under the machine's measured
-                       ceilings: copy bandwidth (copy_gbps) and matrix-multiply rate (matmul_gflops)
+                       ceilings, the best of each kind: bandwidth (copy, read, write) and fp32 rate (matmul, FMA)
     batch_scaling.png  op time against batch size, one panel per layer, one line per implementation (log-log)
     speedup.png        speedup over the framework baseline at each layer's largest batch, panels as op_time.png
     summary.md         the largest-batch rows as a markdown table (layer, impl, median ms, speedup, % of roofline)
@@ -40,7 +40,7 @@ from convforge.harness import write_atomically
 REQUIRED_KEYS = ("layer", "impl", "B", "median_ms")
 NUMERIC_KEYS = frozenset({
     "B", "M", "C", "H", "W", "K", "median_ms", "p20_ms", "p80_ms", "repeats", "flops", "bytes", "gflops",
-    "gbps", "floor_ms", "roofline_pct", "baseline_ms", "speedup", "copy_gbps", "matmul_gflops", "threads"})
+    "gbps", "floor_ms", "roofline_pct", "baseline_ms", "speedup", "copy_gbps", "matmul_gflops", "threads", "read_gbps", "write_gbps", "fma_gflops"})
 # The bench schema in its order (columns of the HTML table); unknown keys follow these.
 SCHEMA_ORDER = (
     "kind", "model", "layer", "B", "M", "C", "H", "W", "K", "impl", "precision", "device", "median_ms", "p20_ms",
@@ -437,19 +437,21 @@ def chart_roofline(table: _Table) -> Optional[bytes]:
     ceilings: dict[str, tuple[Optional[float], Optional[float]]] = {}
     for row in table.rows:  # each machine's own measured ceilings, first seen
         platform = _platform(row)
-        if platform not in ceilings and (_value(row, "copy_gbps") or _value(row, "matmul_gflops")):
-            ceilings[platform] = (_value(row, "copy_gbps"), _value(row, "matmul_gflops"))
+        bandwidths = [v for v in (_value(row, k) for k in ("copy_gbps", "read_gbps", "write_gbps")) if v]
+        rates = [v for v in (_value(row, k) for k in ("matmul_gflops", "fma_gflops")) if v]
+        if platform not in ceilings and (bandwidths or rates):  # the best of each kind, as the floor takes
+            ceilings[platform] = (max(bandwidths, default=None), max(rates, default=None))
     for style, (platform, (bandwidth, peak)) in zip(("-", "--", "-.", ":"), ceilings.items()):
         where = f" ({platform})" if len(ceilings) > 1 else ""
         if bandwidth:  # GB/s x flop/byte = GFLOP/s
             ridge = peak / bandwidth if peak else x_high
             xs = [x_low, min(max(ridge, x_low), x_high)]
             ax.plot(xs, [x * bandwidth for x in xs], color="black", linestyle=style, linewidth=1.2,
-                    label=f"measured copy bandwidth {bandwidth:,.0f} GB/s{where}")
+                    label=f"measured bandwidth {bandwidth:,.0f} GB/s{where}")
         if peak:
             start = max(x_low, peak / bandwidth) if bandwidth else x_low
             ax.plot([start, x_high], [peak, peak], color="dimgrey", linestyle=style, linewidth=1.2,
-                    label=f"measured matmul {peak:,.0f} GFLOP/s{where}")
+                    label=f"measured fp32 peak {peak:,.0f} GFLOP/s{where}")
     markers = {layer: _MARKERS[i % len(_MARKERS)] for i, layer in enumerate(table.layers)}
     for intensity, rate, name, layer in points:
         ax.scatter(intensity, rate, color=table.colours[name], marker=markers[layer], s=42, edgecolors="black",

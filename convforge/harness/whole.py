@@ -104,7 +104,8 @@ def bench_network(name: str, batches: Sequence[int], ceilings, compile_batches: 
         del runs
         torch.cuda.empty_cache()
     env = environment("cuda")
-    return [dict(row, **env, timing="call", copy_gbps=ceilings.copy_gbps, matmul_gflops=ceilings.matmul_gflops)
+    return [dict(row, **env, timing="call", copy_gbps=ceilings.copy_gbps, matmul_gflops=ceilings.matmul_gflops,
+                 read_gbps=ceilings.read_gbps, write_gbps=ceilings.write_gbps, fma_gflops=ceilings.fma_gflops)
             for row in rows]
 
 
@@ -142,7 +143,7 @@ def main(args) -> int:  # pragma: no cover - needs a GPU
     batches = sorted(set(args.images))
     exact_fp32()
     ceilings = measure_ceilings("cuda")
-    print(f"ceilings: copy {ceilings.copy_gbps:.0f} GB/s, fp32 matmul {ceilings.matmul_gflops / 1e3:.1f} TFLOP/s")
+    print(f"ceilings: {ceilings.describe()}")
     rows = []
     for name in models:
         rows += accuracy_rows(name, 10000)
