@@ -1,4 +1,5 @@
-"""Does where the buffers land in GPU memory move a kernel's time? (dev tool; see benchmarks/RESULTS.md)
+"""Does where the buffers land in GPU memory move a kernel's time? (dev tool;
+see benchmarks/2026-11-21-h200-clocks-placement-tc-epilogue/)
 
     python3 scripts/placement_spread.py [--layers "sp19 L1,fa17 L1"] [--trials 12] [--impls cuda-direct,torch]
 

@@ -1,6 +1,6 @@
-"""Markdown tables for benchmarks/RESULTS.md from a `convforge bench --out FILE.json` file.
+"""Markdown tables for a run folder's README/NOTES under benchmarks/ from a `convforge bench --out FILE.json` file.
 
-    python3 scripts/results_tables.py benchmarks/h200-2026-11-21/bench_b10000.json [more.json ...]
+    python3 scripts/results_tables.py benchmarks/2026-11-21-h200-all-impls-course-path/bench_b10000.json [more.json ...]
     python3 scripts/results_tables.py --impls cuda-direct,cuda-auto FILE.json [more.json ...]
 
 Prints (1) each layer's best exact kernel, best Triton kernel and best reduced-precision kernel against

@@ -247,7 +247,7 @@ def test_bar_charts_have_one_panel_per_layer_fastest_first():
 @pytest.mark.slow
 def test_bar_charts_of_the_recorded_h200_run_stay_readable():
     """The recorded bench file (14 implementations, 11 layers): the grouped bars were 54 inches wide."""
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "h200-2026-11-21" / "bench_b10000.json"
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "2026-11-21-h200-all-impls-course-path" / "bench_b10000.json"
     if not path.is_file():
         pytest.skip(f"{path} is not in this checkout")
     import io

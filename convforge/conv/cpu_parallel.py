@@ -12,7 +12,7 @@ its neighbour (same values). The tile is an LLVM intrinsic (tile_kernel: Numba h
 vectorises only innermost loops, so a Numba loop cannot keep accumulators in registers across the reduction),
 generated per (K, MB, TW). Before 2026-11-21 the weights of one (c, p), MB x K of them, sat in registers
 instead (MB <= 25 / K, so only 2 maps for 16 maps of 7x7) and the accumulators made a round trip through L1
-for every (c, p); the A/B at B = 10000 (benchmarks/cpu-2026-11-21/ab_cpu_parallel_tiles.txt, from
+for every (c, p); the A/B at B = 10000 (benchmarks/2026-11-21-cpu-parallel-register-tiles/ab_cpu_parallel_tiles.txt, from
 ab_cpu_parallel.py against a64d3fc) has the tiles 3-16 % faster on every course layer (fa20 L2 319 -> 297 ms). A tile of 24 accumulators spills on K = 7 and is
 far slower. The finished tiles go to a band of output rows (up to ACC_BYTES, the whole Ho x Wo plane on every
 course layer, layout [row][col][map][lane]), which is then written back as one run of each (image, map) plane,

@@ -207,7 +207,7 @@ def unroll_channels(channels: int, kernel: int) -> bool:
 def can_bake(channels: int, kernel: int) -> bool:
     """Weights can be compile-time constants only where every tap index is: where the channel loop is
     unrolled. Unrolling sp18 L2 (150 taps) to bake it was tried: 0.970 ms against 0.890 with loaded weights,
-    and minutes to compile (benchmarks/h200-2026-11-21-session7/triton_sweep_baked5.txt)."""
+    and minutes to compile (benchmarks/2026-11-21-h200-triton-baked-weights/triton_sweep_baked5.txt)."""
     return unroll_channels(channels, kernel)
 
 

@@ -34,7 +34,7 @@
 // Constants: CF_M CF_C CF_H CF_W CF_K, CF_PREC (0 tf32, 1 fp16), CF_MT (maps per warp tile), CF_NC
 // (8-column tiles per warp tile), CF_IB (images per unit), CF_NT (threads), CF_TF32_ROUND, CF_PIPE, CF_EPI,
 // CF_STREAM_STORES (evict-first output stores).
-// Tried and dropped (session 7, benchmarks/h200-2026-11-21-session7/tc_sweep_kp.txt): TF32 with each lane's
+// Tried and dropped (session 7, benchmarks/2026-11-21-h200-tc-pairs-fused-layer/tc_sweep_kp.txt): TF32 with each lane's
 // two k values mapped to adjacent columns (8-byte A and B loads, as FP16's) was 4-12 % slower on all five
 // one-channel layers (fa20 L1 0.645 against 0.575 ms); tc_pairs.cu uses that mapping to better effect.
 
