@@ -24,14 +24,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def preset_layers():
     """{(M, C, H, W, K): (activation, pool) or None} for every distinct preset conv layer."""
-    from convforge.models import PRESETS, fusion_after
+    from convforge.harness.verify import model_layers
+    from convforge.models import PRESETS
     seen = {}
     for preset in PRESETS.values():
-        walk = list(preset.architecture.walk())
-        for i, (layer, _, shape_in, _) in enumerate(walk):
-            if type(layer).__name__ == "Conv":
-                fusion = fusion_after(walk, i)
-                seen.setdefault((layer.out_channels, *shape_in, layer.kernel), fusion[:2] if fusion else None)
+        for spec in model_layers(preset.architecture):
+            s = spec.shape
+            seen.setdefault((s.M, s.C, s.H, s.W, s.K), spec.fusion)
     return seen
 
 

@@ -43,14 +43,12 @@ needs_gpu = pytest.mark.skipif(not _has_gpu(), reason="needs a CUDA GPU and cupy
 
 def _preset_layers():
     """Distinct preset conv layers as (M, C, H, W, K) with the (activation, pool) a fusing kernel absorbs."""
-    from convforge.models import fusion_after
+    from convforge.harness.verify import model_layers
     seen = {}
     for preset in PRESETS.values():
-        walk = list(preset.architecture.walk())
-        for i, (layer, _, shape_in, _) in enumerate(walk):
-            if type(layer).__name__ == "Conv":
-                fusion = fusion_after(walk, i)
-                seen.setdefault((layer.out_channels, *shape_in, layer.kernel), fusion[:2] if fusion else None)
+        for spec in model_layers(preset.architecture):
+            s = spec.shape
+            seen.setdefault((s.M, s.C, s.H, s.W, s.K), spec.fusion)
     return seen
 
 

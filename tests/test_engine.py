@@ -114,3 +114,30 @@ def test_graphed_and_fast_forward_on_fresh_batches(name):
                 assert relative_error(graphed(x).clone(), reference) <= 1e-5
                 assert relative_error(exact.forward(x, timed=False), reference) <= 1e-5
                 assert relative_error(graphed_fast(x).clone(), reference) <= 1e-2
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_a_gpu_shared_with_other_work_halves_the_chunk(data_dir, capsys):
+    """With the GPU nearly full (another tensor holds all but a third of one chunk's peak memory), the run
+    halves its chunk until a chunk fits and gives the same predictions as on an idle GPU."""
+    network = load_preset("fa18")
+    subset = data.load("test", 72, 2000, data_dir)
+    expected = Engine(network, device="cuda", chunk=2000).run(subset.images, subset.labels).predictions
+    engine = Engine(network, device="cuda", chunk=2000)
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    engine.run(subset.images, subset.labels)
+    peak = torch.cuda.max_memory_allocated() - before
+    torch.cuda.empty_cache()
+    free, _ = torch.cuda.mem_get_info()
+    hog = torch.empty(free - peak // 3, dtype=torch.uint8, device="cuda")
+    try:
+        result = engine.run(subset.images, subset.labels)
+    finally:
+        del hog
+        torch.cuda.empty_cache()
+    assert np.array_equal(result.predictions, expected)
+    assert engine.chunk < 2000 and "out of cuda memory" in capsys.readouterr().err
