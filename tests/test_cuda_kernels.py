@@ -513,6 +513,7 @@ def test_tc_rows_planning():
     with pytest.raises(ValueError, match="holds B in registers"):
         cuda_tc.plan_pairs(24, 12, 33, 33, 7, "tf32")
     assert isinstance(cuda_tc.plan_any(16, 6, 30, 30, 5, "fp16"), cuda_tc.TcGeometry)
-    for (M, C, H, W, K, precision), config in cuda_tc.TUNED.items():
-        cuda_tc.plan_any(M, C, H, W, K, precision, config)   # every tuned entry is a valid plan
+    from convforge import tuning
+    for entry in tuning.entries("cuda-tc"):   # every tuned entry is a valid plan
+        cuda_tc.plan_any(**entry["shape"], config=entry["config"])
 

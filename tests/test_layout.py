@@ -74,3 +74,8 @@ def test_each_shared_chore_is_defined_once():
 
 def test_one_atomic_writer():
     assert _defining(r"mkstemp\(|os\.replace\(") == ["convforge/files.py"]
+
+
+def test_the_tuning_store_stands_alone():
+    """convforge.tuning (read by the kernels) imports nothing of convforge but the atomic writer."""
+    assert _imports()["convforge.tuning"] <= {"convforge.files", "convforge.files.write_atomically"}

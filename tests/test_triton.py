@@ -191,9 +191,12 @@ def test_block_config_must_tile_the_positions():
 def test_blocks_are_the_many_channel_default_and_fall_back():
     """The many-channel preset layers take blocks; a block taller than the output map, or an unrolled
     (one-channel) layer, uses the flat layout instead."""
+    from convforge import tuning
     from convforge.conv import triton_direct, triton_fused_layer
-    tables = [triton_direct.TUNED_BLOCKS, *triton_direct.TUNED_SINCE.values()]
-    for (m, c, k), cfg in [item for table in tables for item in table.items()]:
+    for entry in tuning.entries("triton-direct"):
+        (m, c, k), cfg = (entry["shape"][f] for f in "MCK"), triton_common.TileConfig(**entry["config"])
+        if triton_common.can_bake(c, k):
+            continue
         assert triton_direct.choose_config(m, c, k).block_rows > 0 and cfg.block_rows > 0
         assert triton_direct.kernel_constants(m, c, k, 40, 40, False, cfg)["RB"] == cfg.block_rows
     cfg = triton_common.TileConfig(8, 8, 4, block_rows=4)
@@ -209,18 +212,25 @@ def test_blocks_are_the_many_channel_default_and_fall_back():
 
 
 def test_tuned_configs_follow_the_triton_version(monkeypatch):
-    """TUNED_SINCE entries replace TUNED_BLOCKS from their Triton version on, and only for their shapes."""
+    """An entry with a triton_min replaces the version-free entry of its shape from that Triton on, and only
+    for its shape (triton-direct.json: fa18 L2 from 3.9)."""
+    from convforge import tuning
     from convforge.conv import triton_direct
-    (since, table), = triton_direct.TUNED_SINCE.items()
-    (key, newer), = table.items()
-    older = triton_direct.TUNED_BLOCKS[key]
+    entries = tuning.entries("triton-direct")
+    (since_entry,) = [e for e in entries if "triton_min" in e]
+    key = tuple(since_entry["shape"][f] for f in "MCK")
+    since = tuning.version_tuple(since_entry["triton_min"])
+    newer = triton_common.TileConfig(**since_entry["config"])
+    general = {tuple(e["shape"][f] for f in "MCK"): triton_common.TileConfig(**e["config"]) for e in entries
+               if "triton_min" not in e and "triton_max" not in e}
+    older = general[key]
     assert newer != older
     monkeypatch.setattr(triton_common, "TRITON_VERSION", (since[0], since[1] - 1))
     assert triton_direct.choose_config(*key) == older
     for version in (since, (since[0], since[1] + 1), (since[0] + 1, 0)):
         monkeypatch.setattr(triton_common, "TRITON_VERSION", version)
         assert triton_direct.choose_config(*key) == newer
-        for other, cfg in triton_direct.TUNED_BLOCKS.items():
+        for other, cfg in general.items():
             assert other == key or triton_direct.choose_config(*other) == cfg
 
 
@@ -334,7 +344,7 @@ def test_installed_triton_is_supported():
 
 
 # Tile configs that are allowed to spill, and how much: (layer, kind) -> bytes per thread, the same under
-# every supported Triton (see TUNED_BLOCKS in triton_direct for the measurement behind each).
+# every supported Triton (see convforge/tuning/triton-direct.json for the measurement behind each).
 SPILL_ALLOWED = {("sp18 L2", "direct"): 24, ("sp19 L2", "direct"): 24}
 
 

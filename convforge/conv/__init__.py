@@ -26,7 +26,9 @@ a ConvFn returning activation(conv(x) + bias) max-pooled over pool x pool window
 writing only the pooled map. A module may define ``unavailable_reason() -> str | None`` for checks
 beyond "the device exists and the optional packages import".
 
-To add an implementation: write its module, add one ``ConvImpl`` line to ``IMPLEMENTATIONS``.
+To add an implementation: write its module, add one ``ConvImpl`` line to ``IMPLEMENTATIONS`` and, if it has
+measured launch configurations, one ``convforge/tuning/<name>.json`` file read through ``convforge.tuning``
+(CONTRIBUTING.md).
 """
 
 from __future__ import annotations

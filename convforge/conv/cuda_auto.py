@@ -1,13 +1,17 @@
 """cuda-auto: per layer shape, the fastest exact CUDA kernel according to bench results kept in the repo.
 
-Technique: no kernel of its own. ``convforge/tuning/cuda_auto.json`` lists measured winners, one entry per
-(shape, pool); cuda-auto looks the layer up when it first sees the input size and delegates to that
-implementation with the recorded launch shape. With no entry it runs cuda-fused-gemm (plain calls) or
-cuda-fused-layer (fused calls) with their modelled default launch shapes. Only exact (fp32) kernels are
-eligible. Entry schema (``shape`` fields as ConvShape, B ignored; ``pool`` 1 for a plain conv)::
+Technique: no kernel of its own. ``convforge/tuning/cuda-auto.json`` (the tuning store's schema, see
+``convforge.tuning``) lists measured winners, one entry per (shape, pool); cuda-auto looks the layer up when it
+first sees the input size and delegates to that implementation with the recorded launch shape. With no entry
+it runs cuda-fused-gemm (plain calls) or cuda-fused-layer (fused calls) with their modelled default launch
+shapes. Only exact (fp32) kernels are eligible. An entry's ``shape`` is M, C, H, W, K and ``pool`` (1 for a
+plain conv), its ``config`` the delegate and the delegate's launch config (null: the delegate's own choice)::
 
-    {"M": 24, "C": 12, "H": 33, "W": 33, "K": 7, "pool": 1, "impl": "cuda-fused-gemm",
-     "config": {"tm": 12, "ht": 1, "wt": 4, "nt": 384}, "median_ms": 5.1, "device": "NVIDIA H200"}
+    {"shape": {"M": 24, "C": 12, "H": 33, "W": 33, "K": 7, "pool": 1},
+     "config": {"impl": "cuda-fused-gemm", "config": {"tm": 6, "ht": 1, "wt": 4, "nt": 384}},
+     "median_ms": 4.5694, "gpu": "NVIDIA H200", "versions": {}, "date": "2026-11-21", "source": "...", ...}
+
+``convforge sweep --variants --write-auto convforge/tuning/cuda-auto.json`` writes it from a sweep's winners.
 
 Course step: the course's "choose the kernel per layer" optimisation (different kernels for the two layers).
 Bottleneck: whichever kernel it picks.
@@ -15,16 +19,14 @@ Bottleneck: whichever kernel it picks.
 
 from __future__ import annotations
 
-import json
-from functools import lru_cache
-from pathlib import Path
 from typing import Optional
 
 import torch
 
+from convforge import tuning
 from convforge.conv import cuda_common as cc
 
-TUNING_FILE = Path(__file__).resolve().parents[1] / "tuning" / "cuda_auto.json"
+TUNING = "cuda-auto"     # convforge/tuning/cuda-auto.json
 ELIGIBLE = frozenset({  # the exact CUDA implementations
     "cuda-naive", "cuda-tiled", "cuda-constmem", "cuda-unroll-gemm", "cuda-fused-gemm", "cuda-fused-layer",
     "cuda-direct"})
@@ -33,28 +35,14 @@ DEFAULT_PLAIN, DEFAULT_FUSED = "cuda-fused-gemm", "cuda-fused-layer"
 unavailable_reason = cc.unavailable_reason
 
 
-@lru_cache(maxsize=None)
-def _table(path: str = str(TUNING_FILE)) -> dict:
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}
-    table = {}
-    for entry in data.get("entries", []):
-        impl = entry.get("impl")
-        key = tuple(int(entry[k]) for k in ("M", "C", "H", "W", "K")) + (int(entry.get("pool", 1)),)
-        if impl not in ELIGIBLE or (key[-1] > 1 and impl not in FUSING):
-            continue  # a reduced-precision or non-fusing winner cannot serve this call
-        table[key] = entry
-    return table
-
-
 def choose(M: int, C: int, H: int, W: int, K: int, pool: int = 1) -> tuple[str, Optional[dict]]:
     """(implementation, launch config or None) for one layer shape; pool 1 for a plain convolution."""
-    entry = _table().get((M, C, H, W, K, pool))
-    if entry is None:
+    entry = tuning.lookup(TUNING, M=M, C=C, H=H, W=W, K=K, pool=pool)
+    impl = (entry or {}).get("impl")
+    if impl not in ELIGIBLE or (pool > 1 and impl not in FUSING):
+        # no entry, or a reduced-precision or non-fusing winner, which cannot serve this call
         return (DEFAULT_FUSED if pool > 1 else DEFAULT_PLAIN), None
-    return entry["impl"], entry.get("config")
+    return impl, entry.get("config")
 
 
 def _delegate(impl: str, config, weight, bias, hw, activation=None, pool: int = 1):

@@ -16,8 +16,9 @@ Bottleneck: on the one-channel first layers, FP32 FFMA issue and the output stor
 SASS is FFMA, the rest mostly ULDC); on multi-channel layers the unrolled code grows with C*K*K*tile, so they are left to
 cuda-fused-gemm (``CF_UNROLL_C=0`` keeps them correct, with the weights then loaded by LDC).
 
-Launch shapes: ``TUNED`` holds the measured fastest (mg, r, nt) per preset layer and pool (from
-``scripts/direct_sweep.py``, now ``convforge sweep --impl cuda-direct --variants``); other shapes use ``default_config``. ``candidate_configs`` lists what the
+Launch shapes: ``convforge/tuning/cuda-direct.json`` holds the measured fastest (mg, r, nt) per preset layer and
+pool, with each one's median, GPU and run (``convforge sweep --impl cuda-direct --variants --write-tuning``);
+other shapes use the modelled ``default_config``. ``candidate_configs`` lists what the
 sweep times. Further knobs, each off by default and timed only as sweep variants: ``rows`` (several stored
 rows per thread, so each constant-bank weight and each input row feed more FFMAs), ``chunk`` (one-channel
 layers: several row tiles per thread in sequence down its strip, each input row loaded once; it wins on
@@ -33,6 +34,7 @@ from typing import Optional, Union
 
 import torch
 
+from convforge import tuning
 from convforge.conv import cuda_common as cc
 
 SOURCE = "direct.cu"
@@ -40,35 +42,6 @@ CONST_FLOATS = cc.CONST_BANK_FLOATS
 MAX_ACCUMULATORS = 128        # rows * pool * r * mg; past this the 255-register budget spills
 UNROLLED_FFMA_LIMIT = 6000    # per thread; past this the channel loop is not unrolled (code size)
 unavailable_reason = cc.unavailable_reason
-
-# (M, C, H, W, K, pool) -> launch shape, the fastest of scripts/direct_sweep.py's candidates at B = 10000 on an
-# NVIDIA H100 80GB HBM3 (2026-11-21; raw rows in benchmarks/h100-2026-11-21-session3/direct_sweep.json).
-# Comments: that run's median and cuda-auto's then choice (% of floor against the H200 ceilings, 4.18 TB/s and
-# 50.9 TFLOP/s, so understated for the H100's lower bandwidth). Entries marked "H200" were re-swept on an NVIDIA
-# H200 (same day; benchmarks/h200-2026-11-21-session4/, with strips of 3 and 6 columns) and changed where the
-# new shape beat the H100 one by 3 % or more in the same run. "session 6": the chunk knob, swept on an H200
-# (benchmarks/h200-2026-11-21-session6/sweep_chunk.json, sweep_stage.json) and adopted by the same rule (sp18 L1
-# pooled gained 2.4 %, so it stays).
-TUNED: dict[tuple[int, int, int, int, int, int], dict] = {
-    (4, 1, 86, 86, 7, 1): {'mg': 4, 'r': 8, 'nt': 128},  # fa20 L1: 0.571 ms, 86 % of floor; cuda-auto (cuda-fused-layer) 0.729
-    (4, 1, 86, 86, 7, 2): {'mg': 4, 'r': 4, 'nt': 128},  # fa20 L1: 0.530 ms, 93 % of floor; cuda-auto (cuda-fused-layer) 0.739
-    (6, 1, 48, 48, 5, 1): {'mg': 6, 'r': 4, 'nt': 256},  # sp19 L1: 0.261 ms, 51 % of floor; cuda-auto (cuda-fused-layer) 0.295
-    (6, 1, 48, 48, 5, 2): {'mg': 6, 'r': 4, 'nt': 128},  # sp19 L1: 0.204 ms, 56 % of floor; cuda-auto (cuda-fused-layer) 0.271
-    (6, 1, 64, 64, 5, 1): {'mg': 6, 'r': 2, 'nt': 256},  # sp18 L1: 0.428 ms, 57 % of floor; cuda-auto (cuda-fused-layer) 0.510
-    (6, 1, 64, 64, 5, 2): {'mg': 6, 'r': 4, 'nt': 128},  # sp18 L1: 0.317 ms, 67 % of floor; cuda-auto (cuda-fused-layer) 0.430
-    (12, 1, 70, 70, 5, 1): {'mg': 12, 'r': 2, 'nt': 256},  # fa19 L1: 0.911 ms, 60 % of floor; cuda-auto (cuda-fused-layer) 1.251
-    (12, 1, 70, 70, 5, 2): {'mg': 6, 'r': 2, 'nt': 256},  # fa19 L1: 0.736 ms, 70 % of floor; cuda-auto (cuda-fused-layer) 0.991
-    (12, 1, 72, 72, 7, 1): {'mg': 12, 'r': 2, 'nt': 128},  # fa18 L1: 1.203 ms, 84 % of floor; cuda-auto (cuda-fused-gemm) 1.516
-    (12, 1, 72, 72, 7, 2): {'mg': 3, 'r': 6, 'nt': 128},  # fa18 L1: H200 1.078 ms, 93 %; H100-tuned mg=6 r=2 1.111 ms
-    (16, 4, 40, 40, 7, 1): {'mg': 16, 'r': 2, 'nt': 256},  # fa20 L2: 2.006 ms, 71 % of floor; cuda-auto (cuda-fused-gemm) 1.911
-    (16, 4, 40, 40, 7, 4): {'mg': 4, 'r': 4, 'nt': 256},  # fa20 L2: 1.718 ms, 83 % of floor; cuda-auto (cuda-fused-layer) 1.471
-    (16, 6, 22, 22, 5, 1): {'mg': 8, 'r': 6, 'nt': 256},  # sp19 L2: H200 0.392 ms, 78 %; H100-tuned mg=16 r=4 0.464 ms
-    (16, 6, 30, 30, 5, 1): {'mg': 16, 'r': 4, 'nt': 256},  # sp18 L2: 0.919 ms, 69 % of floor; cuda-auto (cuda-fused-layer) 0.895
-    (24, 12, 33, 33, 5, 1): {'mg': 8, 'r': 8, 'nt': 256},  # fa19 L2: 3.537 ms, 67 % of floor; cuda-auto (cuda-fused-gemm) 3.247
-    (24, 12, 33, 33, 7, 1): {'mg': 24, 'r': 4, 'nt': 256},  # fa18 L2: 7.195 ms, 56 % of floor; cuda-auto (cuda-fused-gemm) 4.732
-    (50, 1, 28, 28, 5, 1): {'mg': 13, 'r': 4, 'nt': 128},  # fa17 L1: H200 0.399 ms, 71 %; H100-tuned mg=17 r=4 0.430 ms
-    (50, 1, 28, 28, 5, 2): {'mg': 10, 'r': 2, 'nt': 128, 'chunk': 4},  # fa17 L1: H200 session 6 0.384 ms, 74 %; mg=7 chunk 1 0.445
-}
 
 
 @dataclass(frozen=True)
@@ -127,9 +100,10 @@ def _balanced(M: int, mg: int) -> int:
 
 
 def default_config(M: int, C: int, H: int, W: int, K: int, pool: int = 1) -> DirectConfig:
-    """Modelled default: the widest strip (up to 4 stored columns) that divides the stored row, then as
-    many maps per thread as keep about 64 accumulators."""
-    tuned = TUNED.get((M, C, H, W, K, pool))
+    """The measured launch shape of this layer (convforge/tuning/cuda-direct.json), else the modelled default:
+    the widest strip (up to 4 stored columns) that divides the stored row, then as many maps per thread as
+    keep about 64 accumulators."""
+    tuned = tuning.lookup("cuda-direct", M=M, C=C, H=H, W=W, K=K, pool=pool)
     if tuned is not None:
         return DirectConfig(**tuned)
     _, wp = _stored(H, W, K, pool)

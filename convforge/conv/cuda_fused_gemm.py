@@ -16,9 +16,11 @@ move), then the output stores on the C=1 first layers; the floor is max(bytes / 
 51 TFLOP/s) on an H200.
 
 Input staging: cp.async copies, double-buffered (the next band streams in while this one is computed;
-``pipe`` in the config, see regtile.cu). Launch shapes: ``TUNED`` holds the measured best shape of each
-preset layer (the default for those shapes); ``LAUNCH_CONFIGS`` lists the register tiles worth sweeping; ``candidate_configs(...)``
-expands them (threads per block, rows per band) for one layer and ranks them with a small cost model;
+``pipe`` in the config, see regtile.cu). Launch shapes: ``convforge/tuning/cuda-fused-gemm.json`` holds the
+measured best shape of each preset layer and pool (the default for those shapes when no config is given; one
+that does not fit this device falls back to the cost model); ``LAUNCH_CONFIGS`` lists the register tiles
+worth sweeping; ``candidate_configs(...)`` expands them (threads per block, rows per band) for one layer and
+ranks them with a small cost model;
 ``prepare(weight, bias, config=...)`` takes one (a ``RegTileConfig`` or a dict of its fields, missing
 fields filled in). ``input_hw=(H, W)`` compiles in prepare; otherwise the first call compiles (NVRTC, then
 CuPy's disk cache).
@@ -32,6 +34,7 @@ from typing import Optional, Union
 
 import torch
 
+from convforge import tuning
 from convforge.conv import cuda_common as cc
 
 SOURCE = "regtile.cu"
@@ -53,30 +56,6 @@ LAUNCH_CONFIGS: tuple[dict, ...] = (
     {"tm": 6, "ht": 4, "wt": 4}, {"tm": 4, "ht": 4, "wt": 4}, {"tm": 3, "ht": 4, "wt": 4}, {"tm": 6, "ht": 2, "wt": 8},
     {"tm": 4, "ht": 3, "wt": 4},
 )
-
-# Measured winners (cuda_smoke --sweep on an NVIDIA H200, B = 10000), keyed by (M, C, H, W, K, pool): the
-# default launch shape for these layers when no config is given (any other shape, or one that does not fit
-# this device, falls back to the cost model).
-TUNED: dict[tuple[int, int, int, int, int, int], dict] = {
-    (50, 1, 28, 28, 5, 1): {"tm": 10, "ht": 2, "wt": 4, "nt": 32, "bh": 24, "pu": 1},
-    (50, 1, 28, 28, 5, 2): {"tm": 4, "ht": 2, "wt": 8, "nt": 96, "bh": 24, "pu": 1},
-    (6, 1, 64, 64, 5, 1): {"tm": 6, "ht": 2, "wt": 4, "nt": 64, "bh": 60, "pu": 5},
-    (6, 1, 64, 64, 5, 2): {"tm": 6, "ht": 2, "wt": 4, "nt": 128, "bh": 60, "pu": 1},
-    (16, 6, 30, 30, 5, 1): {"tm": 4, "ht": 2, "wt": 4, "nt": 128, "bh": 26, "pu": 5},
-    (6, 1, 48, 48, 5, 1): {"tm": 6, "ht": 2, "wt": 4, "nt": 64, "bh": 22, "pu": 1},
-    (6, 1, 48, 48, 5, 2): {"tm": 6, "ht": 2, "wt": 4, "nt": 64, "bh": 44, "pu": 1},
-    (16, 6, 22, 22, 5, 1): {"tm": 4, "ht": 2, "wt": 4, "nt": 64, "bh": 18, "pu": 5},
-    (12, 1, 72, 72, 7, 1): {"tm": 12, "ht": 2, "wt": 4, "nt": 64, "bh": 22, "pu": 1},
-    (12, 1, 72, 72, 7, 2): {"tm": 6, "ht": 2, "wt": 4, "nt": 64, "bh": 22, "pu": 1},
-    (24, 12, 33, 33, 7, 1): {"tm": 6, "ht": 1, "wt": 4, "nt": 384, "bh": 27, "pu": 7},
-    (12, 1, 70, 70, 5, 1): {"tm": 6, "ht": 2, "wt": 4, "nt": 64, "bh": 22, "pu": 5},
-    (12, 1, 70, 70, 5, 2): {"tm": 12, "ht": 2, "wt": 4, "nt": 64, "bh": 22, "pu": 1},
-    (24, 12, 33, 33, 5, 1): {"tm": 6, "ht": 1, "wt": 8, "nt": 480, "bh": 29, "pu": 1},
-    (4, 1, 86, 86, 7, 1): {"tm": 4, "ht": 1, "wt": 8, "nt": 128, "bh": 80, "pu": 7},
-    (4, 1, 86, 86, 7, 2): {"tm": 4, "ht": 2, "wt": 4, "nt": 128, "bh": 80, "pu": 1},
-    (16, 4, 40, 40, 7, 1): {"tm": 8, "ht": 1, "wt": 4, "nt": 128, "bh": 34, "pu": 7},
-    (16, 4, 40, 40, 7, 4): {"tm": 2, "ht": 4, "wt": 8, "nt": 256, "bh": 32, "pu": 1},
-}
 
 
 @dataclass(frozen=True)
@@ -303,7 +282,7 @@ def plan(M: int, C: int, H: int, W: int, K: int, pool: int = 1, config=None,
         if not full:
             raise ValueError(f"config {cfg} does not fit this layer's shared memory")
         return full[0]
-    tuned = TUNED.get((M, C, H, W, K, pool))
+    tuned = tuning.lookup("cuda-fused-gemm", M=M, C=C, H=H, W=W, K=K, pool=pool)
     if tuned is not None:
         full = _complete(M, C, H, W, K, pool, RegTileConfig(**tuned), smem_optin, smem_per_sm)
         if full:

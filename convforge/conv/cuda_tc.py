@@ -13,7 +13,7 @@ Bottleneck: the A-fragment gathers (one shared load, one add and a conversion pe
 per 16 rows), not the tensor cores: fa18 L2 has 48 FLOPs per gathered element.
 
 Three kernels, chosen per layer (``config={"kernel": "gather" | "rows" | "pairs"}``; default: the measured
-winner in TUNED, else ``default_kernel``). ``cuda/tc_rows.cu`` treats each filter row as a banded (Toeplitz)
+winner in ``convforge/tuning/cuda-tc.json``, else ``default_kernel``). ``cuda/tc_rows.cu`` treats each filter row as a banded (Toeplitz)
 matrix: A fragments are plain rows of the staged image (no gather, no address table), one per k column,
 shared by every map of the warp; B is a zero-padded filter row read at a lane-dependent offset. Only K/16 of
 its tensor-core work is useful, which these layers can afford (see the kernel's header).
@@ -32,6 +32,7 @@ from typing import Optional
 
 import torch
 
+from convforge import tuning
 from convforge.conv import cuda_common as cc
 
 PRECISIONS = ("tf32", "fp16")
@@ -43,32 +44,10 @@ LAUNCH_CONFIGS: tuple[dict, ...] = (
 )
 DEFAULT_CONFIG = {"rm": 2, "nt": 256, "round": 1}
 # Measured winners (scripts/tc_sweep.py on an NVIDIA H200, B = 10000; gather, rows and pairs kernels, each with
-# its launch shapes), keyed by (M, C, H, W, K, precision): the default for these layers when no config is
-# given. Other shapes: ``default_kernel``. Session 6 (comments: ms against the previous entry in the same run,
-# benchmarks/h200-2026-11-21-session6/tc_sweep_cs.json): the previous entries re-timed with evict-first stores
-# (cs) and the gather kernel's rm=4 nt=256, changed where one gained 3 % or more. Session 7 (comments "pairs":
-# ms against the previous entry, both GPU-timed in one process, benchmarks/h200-2026-11-21-session7/
-# tc_sweep_pairs.json): the pairs kernel won every one-channel layer of 6 to 12 maps, by 10-37 %; fa20 L1's
-# 4 maps give each A fragment only one mma's work there, and the rows kernel stays ahead (TF32 0.571 against
-# 0.612, FP16 0.426 against 0.540).
-TUNED: dict[tuple[int, int, int, int, int, str], dict] = {
-    (50, 1, 28, 28, 5, "tf32"): {"kernel": "rows", "nc": 4, "nt": 128},
-    (50, 1, 28, 28, 5, "fp16"): {"kernel": "rows", "nc": 4, "nt": 128, "pipe": 2, "cs": 1},  # 0.352 vs 0.364
-    (6, 1, 64, 64, 5, "tf32"): {"kernel": "pairs", "ib": 2},  # pairs: 0.356 vs rows 0.415 (a sweep before)
-    (6, 1, 64, 64, 5, "fp16"): {"kernel": "pairs"},  # pairs: 0.327 vs gather 0.532 (a sweep before)
-    (6, 1, 48, 48, 5, "tf32"): {"kernel": "pairs", "ib": 2},  # pairs: 0.235 vs rows 0.302 (a sweep before)
-    (6, 1, 48, 48, 5, "fp16"): {"kernel": "pairs", "nt": 64},  # pairs: 0.197 vs gather 0.242
-    (16, 6, 22, 22, 5, "tf32"): {"kernel": "gather", "cs": 1},  # 0.260 vs 0.270
-    (12, 1, 72, 72, 7, "tf32"): {"kernel": "pairs"},  # pairs: 0.797 vs gather 1.196
-    (12, 1, 72, 72, 7, "fp16"): {"kernel": "pairs", "rt": 4},  # pairs: 0.758 vs gather 1.168
-    (24, 12, 33, 33, 7, "fp16"): {"kernel": "gather", "rm": 4, "nt": 256},  # 1.599 vs 1.726
-    (12, 1, 70, 70, 5, "tf32"): {"kernel": "pairs", "rt": 4},  # pairs: 0.764 vs gather 1.165
-    (12, 1, 70, 70, 5, "fp16"): {"kernel": "pairs", "nt": 256},  # pairs: 0.791 vs gather 1.209
-    # round 0: 0.475 vs 0.570 (benchmarks/h200-2026-11-21-session7/tc_sweep_fa20_nc5.json); see ROUNDING
-    (4, 1, 86, 86, 7, "tf32"): {"kernel": "rows", "nc": 5, "nt": 128, "cs": 1, "round": 0},
-    # 0.451 vs 0.537 (epi 1, no cs); a sweep minutes before: 0.455 vs 0.529
-    (4, 1, 86, 86, 7, "fp16"): {"kernel": "rows", "nc": 4, "nt": 128, "ib": 1, "cs": 1},
-}
+# its launch shapes) per (M, C, H, W, K, precision) are in convforge/tuning/cuda-tc.json, each with its median
+# and run: the default for those layers when no config is given (``tuned_config``); other shapes:
+# ``default_kernel``. The pairs kernel won every one-channel layer of 6 to 12 maps; fa20 L1's 4 maps give each
+# A fragment only one mma's work there, and the rows kernel stays ahead.
 # ROUNDING: "round": 0 skips the kernels' in-place pass that rounds the staged inputs to TF32 (cvt.rna); the
 # tensor core then reads the fp32 bits and ignores the low 13 mantissa bits (truncation: at most 2^-10 relative
 # per input instead of 2^-11; weights are still rounded to nearest on the host). On the course's inputs, whole
@@ -311,8 +290,13 @@ def plan_rows(M: int, C: int, H: int, W: int, K: int, precision: str, config: Op
     return geom
 
 
+def tuned_config(M: int, C: int, H: int, W: int, K: int, precision: str) -> Optional[dict]:
+    """The measured winner for this layer and precision (convforge/tuning/cuda-tc.json), or None."""
+    return tuning.lookup("cuda-tc", M=M, C=C, H=H, W=W, K=K, precision=precision)
+
+
 def default_kernel(C: int, K: int, M: int = 0) -> str:
-    """The kernel for a layer with no TUNED entry: pairs for one channel, K <= 7 and 6 to 24 maps (where it
+    """The kernel for a layer with no tuned entry: pairs for one channel, K <= 7 and 6 to 24 maps (where it
     won, B still fitting in registers), rows for other one-channel layers up to K = 9, else gather."""
     if C == 1 and K <= 7 and 6 <= M <= 24:
         return "pairs"
@@ -337,7 +321,7 @@ def kernel_specs(M: int, C: int, H: int, W: int, K: int, precision: str = "tf32"
     if config is not None:
         return [plan_any(M, C, H, W, K, precision, config).spec()]
     # what prepare() runs (the tuned or default kernel) and every kernel's default: each must compile
-    specs = [plan_any(M, C, H, W, K, precision, TUNED.get((M, C, H, W, K, precision))).spec()]
+    specs = [plan_any(M, C, H, W, K, precision, tuned_config(M, C, H, W, K, precision)).spec()]
     for kind in KERNELS:
         try:
             spec = plan_any(M, C, H, W, K, precision, {"kernel": kind}).spec()
@@ -441,10 +425,10 @@ class TcLayer:
 
 def layer(weight, bias, H: int, W: int, precision: str, config=None):
     """The tensor-core kernel for one input size: the gather, rows or pairs kernel (config['kernel']); with no
-    config, the measured winner for this shape (TUNED) or the per-shape default."""
+    config, the measured winner for this shape (``tuned_config``) or the per-shape default."""
     M, C, K, _ = weight.shape
     if config is None:
-        config = TUNED.get((M, C, H, W, K, precision))
+        config = tuned_config(M, C, H, W, K, precision)
     kind = (config or {}).get("kernel") or default_kernel(C, K, M)
     return TcLayer(weight, bias, H, W, precision, {**(config or {}), "kernel": kind})
 

@@ -28,7 +28,8 @@ except ImportError:  # pragma: no cover - the registry reports the missing packa
     tl = None
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-# (major, minor) of the Triton in use: some tuned tile configs depend on it (triton_direct.TUNED_SINCE).
+# (major, minor) of the Triton in use: some tuned tile configs depend on it (``triton_min`` in
+# convforge/tuning/triton-direct.json).
 TRITON_VERSION = tuple(int(v) for v in triton.__version__.split(".")[:2]) if triton is not None else (0, 0)
 
 # Offsets inside the kernels are int32: a launch covers at most this many elements of x or of y.

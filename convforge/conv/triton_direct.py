@@ -46,6 +46,7 @@ from typing import Optional
 
 import torch
 
+from convforge import tuning
 from convforge.conv import triton_common as common
 
 triton, tl = common.triton, common.tl
@@ -61,42 +62,27 @@ SWEEP = (Config(4, 24, 4), Config(8, 12, 4),
          Config(8, 16, 4, block_rows=4), Config(8, 8, 2, block_rows=8), Config(4, 16, 4, block_rows=2))
 
 
-# Measured (B = 10000, H200, benchmarks/h200-2026-11-21-session7/triton_sweep_baked*.txt): baked weights on
-# the one-channel layers, 4 positions per lane (sp18 L1 0.302 ms against 0.353 with 8; fa18 L1 0.969 against
-# 1.385), except fa19 L1 (0.661 with 8 positions and passes of 12 maps, 0.690 with 4) and fa17 L1 (2 positions
-# and passes of up to 32 maps: 0.322 against 0.401 with 4, triton_sweep_baked6.txt; 0.324 in run 13).
-TUNED_BAKED = {(12, 1, 5): Config(8, 12, 4, True), (50, 1, 5): Config(2, 32, 4, True)}
-
-
-# Measured (B = 10000, H200, benchmarks/h200-2026-11-21-session8/sweep*.txt): the many-channel layers in
-# blocks of neighbouring outputs per lane. sp18/sp19 L2 4x2 blocks of 8 maps with 128 registers (0.808 and
-# 0.418 ms against 0.892 and 0.449 flat), fa18 L2 4x2 of 12 maps (5.538 against 8.908), fa19 L2 8x1 of 8
-# maps on 2 warps (3.327 against 3.637). Re-measured under Triton 3.6, 3.8 and 3.9 (the cubins each compiles,
-# timed on one H200: benchmarks/2026-11-25-h200-triton-versions/): fa20 L2 takes 4x2 blocks of 8 maps, which
-# no supported Triton spills (2.081 / 2.071 / 2.068 ms); the 16-map passes it had spilled 40 / 72 / 360 bytes
-# (2.015 / 2.104 / 2.133 ms). The 128-register cap of sp18/sp19 L2 spills the same 24 bytes outside the tap
-# loop under every version and stays 4-11 % faster than no cap (0.805 against 0.836 ms, 0.417 against 0.460).
-TUNED_BLOCKS = {(16, 6, 5): Config(8, 8, 4, block_rows=4, maxnreg=128),
-                (24, 12, 7): Config(8, 12, 4, block_rows=4),
-                (24, 12, 5): Config(8, 8, 2, block_rows=8),
-                (16, 4, 7): Config(8, 8, 4, block_rows=4)}
-# Entries that replace TUNED_BLOCKS from a Triton version on. From 3.9 fa18 L2's 12-map passes spill 64 bytes
-# (5.496 ms); 8-map passes do not (5.418; under 3.6 they take 5.937 against the 12-map 5.547).
-TUNED_SINCE = {(3, 9): {(24, 12, 7): Config(8, 8, 4, block_rows=4)}}
+# Measured tile configs per (M, C, K) are in convforge/tuning/triton-direct.json, each with its median, GPU,
+# Triton and run: baked weights on the one-channel layers (4 positions per lane but on fa19 L1, 8 positions in
+# passes of 12 maps, and fa17 L1, 2 positions in passes of up to 32 maps), blocks of neighbouring outputs per
+# lane on the many-channel layers (sp18/sp19 L2 4x2 blocks of 8 maps under a 128-register cap, fa18 L2 4x2 of
+# 12 maps, fa19 L2 8x1 of 8 maps on 2 warps, fa20 L2 4x2 of 8 maps, which no supported Triton spills). An entry
+# may hold from a Triton version on (``triton_min``): from 3.9 fa18 L2's 12-map passes spill 64 bytes, and its
+# 3.9 entry takes 8-map passes. The defaults below are for shapes with no entry (not measurements).
+DEFAULT_BAKED = Config(4, 24, 4, True)
 DEFAULT_BLOCKS = Config(8, 8, 4, block_rows=4)
 
 
 def choose_config(maps: int, channels: int, kernel: int) -> Config:
-    """Per layer shape: baked weights where they can be (``common.can_bake``, the one-channel layers), else
-    blocks of outputs per lane (TUNED_SINCE for the Triton in use, TUNED_BLOCKS, or DEFAULT_BLOCKS for other
-    shapes); ``convforge sweep --impl triton-direct --variants`` times the alternatives on a GPU."""
-    if common.can_bake(channels, kernel):
-        return TUNED_BAKED.get((maps, channels, kernel), Config(4, 24, 4, True))
-    key = (maps, channels, kernel)
-    for since, table in sorted(TUNED_SINCE.items(), reverse=True):
-        if common.TRITON_VERSION >= since and key in table:
-            return table[key]
-    return TUNED_BLOCKS.get(key, DEFAULT_BLOCKS)
+    """Per layer shape: the measured config for the Triton in use (convforge/tuning/triton-direct.json, the
+    entry whose Triton range holds ``common.TRITON_VERSION``, the newest ``triton_min`` first), else baked
+    weights where they can be (``common.can_bake``, the one-channel layers: DEFAULT_BAKED), else blocks of
+    outputs per lane (DEFAULT_BLOCKS); ``convforge sweep --impl triton-direct --variants`` times the
+    alternatives on a GPU."""
+    tuned = tuning.lookup("triton-direct", triton=common.TRITON_VERSION, M=maps, C=channels, K=kernel)
+    if tuned is not None:
+        return Config(**tuned)
+    return DEFAULT_BAKED if common.can_bake(channels, kernel) else DEFAULT_BLOCKS
 
 
 if triton is not None:

@@ -3,7 +3,8 @@
     convforge sweep --impl cuda-direct cuda-auto            # check and time each on every preset layer
     convforge sweep --impl cuda-direct --variants           # + every candidate launch configuration
     convforge sweep --impl triton-direct --configs "positions_per_thread=8,max_per_pass=12;num_warps=2"
-    convforge sweep --impl cuda-fused-gemm cuda-direct --variants --write-auto convforge/tuning/cuda_auto.json
+    convforge sweep --impl cuda-fused-gemm cuda-direct --variants --write-auto convforge/tuning/cuda-auto.json
+    convforge sweep --impl cuda-direct cuda-tc-tf32 --variants --write-tuning convforge/tuning
     convforge sweep --sass [--impl triton-gemm] [--baked]  # Triton's sm_90 code, compiled here, no GPU
 
 The one tool behind the tuned tables: built on verify's layer walk (``model_layers``), the float64 reference
@@ -15,7 +16,10 @@ fails its check is reported and not timed; a layer/config that does not fit is s
 ``--variants`` times each implementation's candidate configurations per layer (the module's
 ``candidate_configs``, Triton's ``SWEEP`` list, the tensor-core designs); ``--configs "k=v,k=v;..."`` instead
 times the layer's chosen configuration and it with those fields changed. ``--write-auto FILE`` records, per
-layer and pool, the fastest exact CUDA kernel and configuration of this run for cuda-auto.
+layer and pool, the fastest exact CUDA kernel and configuration of this run for cuda-auto (the whole table is
+replaced). ``--write-tuning DIR`` records, per implementation with a tuning file (``tuning_target``), each
+layer's fastest configuration of this run in ``DIR/<impl>.json``, replacing that layer's entry and keeping the
+others. Both write the tuning store's schema (``convforge.tuning``) atomically.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from __future__ import annotations
 import json
 import statistics
 import sys
-from dataclasses import fields, is_dataclass, replace
+from dataclasses import MISSING as dataclass_missing, fields, is_dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional, Sequence
@@ -82,7 +86,7 @@ def _chosen(impl, M: int, C: int, H: int, W: int, K: int, pool: int):
         from convforge.conv import cuda_direct, cuda_fused_gemm
         return cuda_direct.plan(M, C, H, W, K, pool) if C == 1 else cuda_fused_gemm.plan(M, C, H, W, K, pool).cfg
     if name.startswith("cuda-tc-"):
-        return dict(module.TUNED.get((M, C, H, W, K, impl.precision)) or {"kernel": module.default_kernel(C, K, M)})
+        return dict(module.tuned_config(M, C, H, W, K, impl.precision) or {"kernel": module.default_kernel(C, K, M)})
     if name == "triton-direct":
         return module.choose_config(M, C, K)
     if name == "triton-fused-layer":
@@ -193,7 +197,7 @@ def run_sweep(args) -> int:
     if args.jobs > 1 and (args.variants or overrides):
         _precompile(impls, layers, args, overrides)
     from convforge.conv.cuda_auto import ELIGIBLE as auto_eligible   # what cuda-auto may pick (--write-auto)
-    rows, failures, best = [], 0, {}
+    rows, failures, best, tuned = [], 0, {}, {}
     generator = torch.Generator().manual_seed(0)
     for spec in layers:
         s = spec.shape.with_batch(args.batch)
@@ -241,8 +245,12 @@ def run_sweep(args) -> int:
                         key = ((s.M, s.C, s.H, s.W, s.K), pool or 1)
                         if key not in best or ms < best[key][1]:
                             best[key] = (impl.name, ms, _config_dict(config))
+                    if ok and args.write_tuning:
+                        _note_winner(tuned, impl, spec, pool or 1, config, ms)
     if args.write_auto:
         _write_auto(Path(args.write_auto), best, args, device)
+    if args.write_tuning:
+        _write_tuning(Path(args.write_tuning), tuned, args, device)
     if args.json:
         write_atomically(Path(args.json), lambda tmp: Path(tmp).write_text(json.dumps(rows, indent=1) + "\n",
                                                                          encoding="utf-8"))
@@ -251,21 +259,123 @@ def run_sweep(args) -> int:
     return 1 if failures else 0
 
 
+def _measured(args, device: str, with_triton: bool = False) -> dict:
+    """The fields every entry this run writes shares: GPU, versions, date, the command."""
+    import torch
+    gpu = torch.cuda.get_device_name() if device == "cuda" else device
+    versions = {"torch": torch.__version__}
+    if torch.version.cuda:
+        versions["cuda"] = torch.version.cuda
+    if with_triton:
+        import triton
+        versions["triton"] = triton.__version__
+    command = (f"convforge sweep --impl {' '.join(args.impl or [])}{' --variants' if args.variants else ''}"
+               f"{' --configs ' + repr(args.configs) if args.configs else ''} --batch {args.batch} --repeat "
+               f"{args.repeat} --timing {args.timing}")
+    return dict(gpu=gpu, versions=versions, date=f"{datetime.now(timezone.utc):%Y-%m-%d}", source=command,
+                batch=args.batch)
+
+
 def _write_auto(path: Path, best: dict, args, device: str) -> None:
     """cuda-auto's table: per layer and pool, the fastest exact CUDA kernel of this run and its configuration
     (None: that kernel's own tuned choice)."""
-    import torch
+    from convforge import tuning
     if not best:
         print("--write-auto: no exact CUDA kernel was timed; nothing written", file=sys.stderr)
         return
-    gpu = torch.cuda.get_device_name() if device == "cuda" else device
-    entries = [{"M": s[0], "C": s[1], "H": s[2], "W": s[3], "K": s[4], "pool": pool, "impl": name, "config": cfg,
-                "median_ms": round(ms, 4), "batch": args.batch} for (s, pool), (name, ms, cfg) in sorted(best.items())]
-    doc = {"source": f"convforge sweep --impl {' '.join(args.impl or [])}{' --variants' if args.variants else ''} "
-                     f"--batch {args.batch} on {gpu} ({datetime.now(timezone.utc):%Y-%m-%d})",
-           "device": gpu, "entries": entries}
-    write_atomically(path, lambda tmp: Path(tmp).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8"))
+    run = _measured(args, device)
+    entries = [dict(shape=dict(M=s[0], C=s[1], H=s[2], W=s[3], K=s[4], pool=pool),
+                    config={"impl": name, "config": cfg}, median_ms=round(ms, 4), **run)
+               for (s, pool), (name, ms, cfg) in sorted(best.items())]
+    tuning.write("cuda-auto", entries, path)
     print(f"wrote {len(entries)} entries to {path}")
+
+
+# ------------------------------------------------------------------------------- --write-tuning
+
+def tuning_target(impl_name: str, M: int, C: int, H: int, W: int, K: int, pool: int, config,
+                  precision: str = "fp32") -> Optional[tuple[str, dict]]:
+    """(tuning file, shape) where ``config`` of ``impl_name`` on this layer belongs, or None for an
+    implementation without a tuning file. cuda-fused-layer runs cuda-direct's kernel (DirectConfig) or
+    cuda-fused-gemm's (RegTileConfig), so its winners go to those files' pooled entries."""
+    if impl_name in ("cuda-direct", "cuda-fused-gemm"):
+        return impl_name, dict(M=M, C=C, H=H, W=W, K=K, pool=pool)
+    if impl_name == "cuda-fused-layer" and pool > 1:
+        from convforge.conv import cuda_direct
+        target = "cuda-direct" if isinstance(config, cuda_direct.DirectConfig) else "cuda-fused-gemm"
+        return target, dict(M=M, C=C, H=H, W=W, K=K, pool=pool)
+    if impl_name.startswith("cuda-tc-"):
+        return "cuda-tc", dict(M=M, C=C, H=H, W=W, K=K, precision=precision)
+    if impl_name == "triton-direct":
+        return "triton-direct", dict(M=M, C=C, K=K)
+    return None
+
+
+def _store_config(config) -> dict:
+    """A configuration as the tuning file keeps it: a dict of its fields, a dataclass's defaults left out
+    (kept in full for TileConfig, whose fields the store lists)."""
+    if is_dataclass(config):
+        from convforge.conv.triton_common import TileConfig
+        if isinstance(config, TileConfig):
+            return _config_dict(config)
+        return {f.name: getattr(config, f.name) for f in fields(config)
+                if f.default is dataclass_missing or getattr(config, f.name) != f.default}
+    return dict(config)
+
+
+def _note_winner(tuned: dict, impl, spec: LayerSpec, pool: int, config, ms: float) -> None:
+    """Keep, per (tuning file, shape), every configuration timed on it: {config: {layer: least ms}} (two
+    implementations may time one kernel configuration: cuda-direct and cuda-fused-layer)."""
+    s = spec.shape
+    if tuning_target(impl.name, s.M, s.C, s.H, s.W, s.K, pool, config, impl.precision) is None:
+        return           # no tuning file for this implementation (or this call)
+    if config is None:   # the implementation's own choice: record what that was
+        config = _chosen(impl, s.M, s.C, s.H, s.W, s.K, pool)
+        if config is None:
+            return
+    if impl.name == "cuda-fused-layer" and isinstance(config, dict):
+        return           # a design dict of its own; time it through cuda-direct or cuda-fused-gemm instead
+    target = tuning_target(impl.name, s.M, s.C, s.H, s.W, s.K, pool, config, impl.precision)
+    if target is None:
+        return
+    name, shape = target
+    key = (name, tuple(shape.items()))
+    stored = json.dumps(_store_config(config), sort_keys=True)
+    layers = tuned.setdefault(key, {}).setdefault(stored, {})
+    layers[spec.label] = min(ms, layers.get(spec.label, ms))
+
+
+def _write_tuning(folder: Path, tuned: dict, args, device: str) -> None:
+    """Each tuning file's winners of this run merged into ``folder/<impl>.json``. A shape several layers share
+    (triton-direct's M, C, K) takes the configuration with the least summed time over all of them, counting only
+    configurations timed on every one; its median_ms is then null and the per-layer figures go in the note."""
+    from convforge import tuning
+    if not tuned:
+        print("--write-tuning: no implementation with a tuning file was timed; nothing written", file=sys.stderr)
+        return
+    per_file: dict = {}
+    for (name, shape), timed in sorted(tuned.items()):
+        run = _measured(args, device, with_triton=name.startswith("triton-"))
+        layers = {label for times in timed.values() for label in times}
+        complete = {cfg: times for cfg, times in timed.items() if set(times) == layers}
+        if not complete:
+            continue
+        cfg, times = min(complete.items(), key=lambda kv: sum(kv[1].values()))
+        entry = dict(shape=dict(shape), config=json.loads(cfg), **run)
+        if len(times) == 1:
+            entry["median_ms"] = round(next(iter(times.values())), 4)
+        else:
+            entry["median_ms"] = None
+            entry["note"] = "one entry for several layers: " + ", ".join(f"{label} {ms:.4f} ms" for label, ms
+                                                                          in sorted(times.items()))
+        if "triton" in run["versions"]:   # measured under this Triton: the entry holds from it on
+            entry["triton_min"] = ".".join(run["versions"]["triton"].split(".")[:2])
+        per_file.setdefault(name, []).append(entry)
+    for name, entries in sorted(per_file.items()):
+        path = folder / tuning.file_name(name)
+        merged = tuning.merged(tuning.read_file(path, name), entries)
+        tuning.write(name, merged, path)
+        print(f"wrote {len(entries)} entries to {path} ({len(merged)} in all)")
 
 
 def _compile_spec(spec) -> str:
