@@ -51,7 +51,7 @@ SWEEP = (Config(4, 16, 4), Config(8, 8, 4), Config(4, 24, 4), Config(8, 12, 4), 
 
 def choose_config(maps: int, channels: int, kernel: int, pool: int) -> Config:
     """Per layer shape: baked weights where they can be (``common.can_bake``; measured on an H200,
-    benchmarks/h200-2026-11-21-session7/triton_sweep_baked*.txt: 8 positions per lane for few maps, sp18 L1
+    benchmarks/2026-11-21-h200-triton-baked-weights/triton_sweep_baked*.txt: 8 positions per lane for few maps, sp18 L1
     0.236 ms; else 4 positions and passes of up to 12 maps, fa17 0.348 against 0.371 with 16); with a
     run-time channel loop and a pool of 2 or 4, a whole window per lane as a block (session 8); else
     DEFAULT (from the SASS: FFMA share, registers, no spills); ``python -m convforge.conv.triton_common
@@ -60,7 +60,7 @@ def choose_config(maps: int, channels: int, kernel: int, pool: int) -> Config:
         return Config(8, 8, 4, True) if maps <= 8 and pool <= 2 else Config(4, 12, 4, True)
     if _is_pow2(pool) and 2 <= pool <= 4:
         # A whole window per lane, passes of 8 maps: fa20 L2 (relu + pool 4) 1.420 ms against 2.450 with
-        # DEFAULT (benchmarks/h200-2026-11-21-session8/sweep2_fused.txt).
+        # DEFAULT (benchmarks/2026-11-21-h200-triton-blocks-many-channel/sweep2_fused.txt).
         return Config(pool * pool, 8, 4, block_rows=pool)
     return DEFAULT
 

@@ -190,8 +190,8 @@ def run_sweep(args) -> int:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     ceilings = measure_ceilings(device)
-    print(f"sweep on {device}: floor from measured copy {ceilings.copy_gbps:.0f} GB/s and fp32 matmul "
-          f"{ceilings.matmul_gflops:.0f} GFLOP/s; B = {args.batch}, median of {args.repeat} calls"
+    print(f"sweep on {device}: floor from the best measured rates ({ceilings.describe()}); "
+          f"B = {args.batch}, median of {args.repeat} calls"
           + (f" ({args.timing} time)" if device == "cuda" else ""),
           flush=True)
     if args.jobs > 1 and (args.variants or overrides):

@@ -8,7 +8,7 @@ cuda-auto.json) all share one schema::
        "config": {"mg": 10, "r": 2, "nt": 128, "chunk": 4},                # what the implementation takes
        "median_ms": 0.3841,                                                # null where no figure was recorded
        "gpu": "NVIDIA H200", "versions": {"torch": "2.11.0+cu130"},         # what measured it, where known
-       "date": "2026-11-21", "source": "benchmarks/h200-2026-11-21-session6/sweep_chunk.json",
+       "date": "2026-11-21", "source": "benchmarks/2026-11-21-h200-row-chunks-tc-evict-first/sweep_chunk.json",
        "batch": 10000, "note": "...",                                      # optional
        "triton_min": "3.9", "triton_max": "3.10"}]}                        # optional: Triton versions it is for
 
