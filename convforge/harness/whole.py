@@ -6,9 +6,9 @@ replayed from a CUDA graph; PyTorch eager (cuDNN, TF32 off), the same captured i
 ``torch.compile(mode="max-autotune")`` (at the batches ``compile_batches`` names: each compile takes minutes).
 Every candidate's logits are checked against a float64 forward pass on the same input before it is timed.
 
-The network's floor: FLOPs of every layer at the measured fp32 matmul rate, or the bytes that must move (the
-float32 input read once, the weights, the logits written) at the measured copy bandwidth, whichever is
-longer. Intermediate maps are not counted: a fused network need not write them.
+The network's floor: FLOPs of every layer at the best measured fp32 rate (SGEMM or FMA peak), or the bytes
+that must move (the float32 input read once, the weights, the logits written) at the best measured bandwidth
+(copy, read or write), whichever is longer. Intermediate maps are not counted: a fused network need not write them.
 """
 
 from __future__ import annotations
