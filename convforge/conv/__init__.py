@@ -262,6 +262,24 @@ def finish_output(buffer: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
     return result
 
 
+def check_input(x: torch.Tensor, weight: torch.Tensor) -> tuple[int, int, int, int]:
+    """The output shape for ``x``, or a clear error for an input no implementation serves: not a 4-d float32
+    tensor on the weights' device, a channel count other than the weights', an input smaller than the kernel.
+    Shapes, dtype and device only (a microsecond a call); any strides are fine (callers copy to contiguous)."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 4:
+        raise ValueError(f"input must be a 4-d (B, C, H, W) tensor, got "
+                         f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
+    if x.dtype != torch.float32:
+        raise TypeError(f"input must be float32, got {x.dtype}")
+    if x.device != weight.device:
+        raise ValueError(f"input is on {x.device}, the weights on {weight.device}")
+    shape = output_shape(tuple(x.shape), tuple(weight.shape))
+    if shape[2] < 1 or shape[3] < 1:
+        raise ValueError(f"input {x.shape[2]}x{x.shape[3]} is smaller than the "
+                         f"{weight.shape[2]}x{weight.shape[3]} kernel")
+    return shape
+
+
 def output_shape(x_shape, weight_shape) -> tuple[int, int, int, int]:
     batch, channels, height, width = x_shape
     maps, w_channels, k_h, k_w = weight_shape

@@ -13,6 +13,8 @@ from typing import Optional
 import numpy as np
 import torch
 
+from convforge.conv import check_input, finish_output, output_buffer
+
 
 def conv2d_float64(x: np.ndarray, weight: np.ndarray, bias: Optional[np.ndarray] = None,
                    block_bytes: int = 64 << 20) -> np.ndarray:
@@ -41,10 +43,12 @@ def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None):
     bias64 = None if bias is None else bias.detach().cpu().double().numpy()
 
     def run(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+        shape = check_input(x, weight)
         y = torch.from_numpy(conv2d_float64(x.numpy(), weight64, bias64))
         if out is None:
             return y.float()
-        out.copy_(y)
-        return out
+        buffer, result = output_buffer(out, shape, x)
+        buffer.copy_(y)
+        return finish_output(buffer, result)
 
     return run

@@ -39,7 +39,7 @@ from typing import Callable, Optional
 import torch
 import torch.nn.functional as F
 
-from convforge.conv import finish_output, output_buffer, output_shape
+from convforge.conv import check_input, finish_output, output_buffer
 from convforge.conv.torch_conv import exact_fp32
 from convforge.models import ACTIVATIONS
 
@@ -87,9 +87,9 @@ def _check_device(weight: torch.Tensor) -> None:
                                "(pip install triton, the version matching this torch)")
 
 
-def _runner(compiled: Callable, weight_shape: tuple[int, ...]):
+def _runner(compiled: Callable, weight: torch.Tensor):
     def run(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
-        output_shape(x.shape, weight_shape)  # a clear error for a wrong channel count, before Dynamo sees it
+        check_input(x, weight)  # a clear error for what the layer does not serve, before Dynamo sees it
         exact_fp32()  # (0.5 us) TF32 stays off even if something switched it on since prepare
         y = compiled(x)
         if out is None:
@@ -108,7 +108,7 @@ def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None):
     def conv(x: torch.Tensor) -> torch.Tensor:
         return F.conv2d(x, weight, bias)
 
-    return _runner(_compiled(conv), tuple(weight.shape))
+    return _runner(_compiled(conv), weight)
 
 
 def prepare_fused(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Optional[str], pool: int):
@@ -124,4 +124,4 @@ def prepare_fused(weight: torch.Tensor, bias: Optional[torch.Tensor], activation
             y = act(y)
         return F.max_pool2d(y, pool)
 
-    return _runner(_compiled(layer), tuple(weight.shape))
+    return _runner(_compiled(layer), weight)

@@ -13,6 +13,8 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
+from convforge.conv import check_input, finish_output, output_buffer
+
 
 def exact_fp32() -> None:
     """Make cuDNN and cuBLAS compute in true fp32 (no TF32) and pick the fastest algorithm per shape."""
@@ -25,10 +27,12 @@ def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None):
     exact_fp32()
 
     def run(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+        shape = check_input(x, weight)  # F.conv2d would take a 3-d input as one unbatched image
         y = F.conv2d(x, weight, bias)
         if out is None:
             return y
-        out.copy_(y)
-        return out
+        buffer, result = output_buffer(out, shape, x)
+        buffer.copy_(y)
+        return finish_output(buffer, result)
 
     return run

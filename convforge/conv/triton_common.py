@@ -148,6 +148,9 @@ def pack_bias(bias: Optional[torch.Tensor], width: int, like: torch.Tensor) -> t
 # -- wrapper chores ----------------------------------------------------------------------------------
 
 def check_input(x: torch.Tensor, channels: int, kernel: int) -> None:
+    if x.device.type != ("cpu" if INTERPRET else "cuda"):
+        raise ValueError(f"expected input on {'the CPU (interpreter)' if INTERPRET else 'a CUDA device'}, "
+                         f"got {x.device}")
     if x.dim() != 4 or x.shape[1] != channels:
         raise ValueError(f"expected input (B, {channels}, H, W), got {tuple(x.shape)}")
     if x.dtype != torch.float32:
@@ -330,7 +333,7 @@ if triton is not None:
         if ACT == 1:   # tanh(v) = 1 - 2 / (1 + e^(2v)): e^(2v) = inf gives 1, 0 gives -1
             v = 1.0 - tl.fdiv(tl.full(v.shape, 2.0, tl.float32), 1.0 + tl.exp2(v * 2.8853900817779268))
         elif ACT == 2:
-            v = tl.maximum(v, 0.0)
+            v = tl.maximum(v, 0.0, propagate_nan=tl.PropagateNan.ALL)   # relu(NaN) = NaN, as in torch
         elif ACT == 3:  # 1 / (1 + e^-v)
             v = tl.fdiv(tl.full(v.shape, 1.0, tl.float32), 1.0 + tl.exp2(v * -1.4426950408889634))
         return v

@@ -81,15 +81,20 @@ if triton is not None:
         tl.store(y_ptr + y_off[None, :] + maps[:, None] * HPWP, best, mask=valid[None, :] & (maps[:, None] < M))
 
     @triton.jit
+    def _max_nan(a, b):
+        """max that keeps NaN (tl.max and plain tl.maximum drop it): a NaN in a window pools to NaN, as in torch."""
+        return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+    @triton.jit
     def _window_max(best, acc, MG: tl.constexpr, PI: tl.constexpr, BPP: tl.constexpr, PJ: tl.constexpr,
                     JL: tl.constexpr):
         """Max over the window rows and columns that the tile holds side by side: (MG, PI*PJ*BPP) sums
         -> (MG, BPP). Rows sit in each lane's registers; columns too, or in neighbouring lanes (JL)."""
         if JL:
-            acc = tl.max(tl.max(tl.reshape(acc, [MG, PI, BPP, PJ]), axis=3), axis=1)
+            acc = tl.reduce(tl.reduce(tl.reshape(acc, [MG, PI, BPP, PJ]), 3, _max_nan), 1, _max_nan)
         else:
-            acc = tl.max(tl.max(tl.reshape(acc, [MG, PI, PJ, BPP]), axis=2), axis=1)
-        return tl.maximum(best, acc)
+            acc = tl.reduce(tl.reduce(tl.reshape(acc, [MG, PI, PJ, BPP]), 2, _max_nan), 1, _max_nan)
+        return _max_nan(best, acc)
 
     @triton.jit
     def _pass(x_ptr, w_ptr, b_ptr, y_ptr, x_off, y_off, valid, m0, GA: tl.constexpr, GB: tl.constexpr,
