@@ -290,6 +290,27 @@ def test_emulated_fused(emulation, activation, pool):
 
 @needs_cxx
 @pytest.mark.slow
+@pytest.mark.parametrize("activation,pool", [("relu", 2), (None, 4)])
+def test_emulated_fused_nan_pools_to_nan(emulation, activation, pool):
+    """A NaN in a pooling window pools to NaN and relu keeps it, as torch's max_pool2d and relu do (fmaxf
+    drops NaN: found by tests/test_fuzz.py on an H200); other windows are unchanged."""
+    import torch.nn.functional as F
+    from convforge.conv import cuda_direct, cuda_fused_layer
+    for shape in ((1, 3, 1, 12, 12, 1), (1, 4, 2, 13, 13, 3)):   # one channel (direct.cu), several (regtile.cu)
+        x, w, b = _data(shape, seed=pool, bias=True, unit=True)
+        x[0, 0, 5, 6] = float("nan")
+        y = F.conv2d(x, w, b)
+        want = F.max_pool2d(F.relu(y) if activation else y, pool)
+        for name, fn in (("direct", cuda_direct.prepare_fused(w, b, activation, pool)),
+                         ("fused-layer", cuda_fused_layer.prepare_fused(w, b, activation, pool))):
+            got = fn(x)
+            assert torch.equal(torch.isnan(got), torch.isnan(want)), f"{name} {shape}: NaN positions differ"
+            finite = ~torch.isnan(want)
+            assert torch.allclose(got[finite], want[finite], rtol=1e-5, atol=1e-6), f"{name} {shape}"
+
+
+@needs_cxx
+@pytest.mark.slow
 def test_emulated_global_memory_paths(emulation):
     """Shapes too large for shared memory read input and weights from global memory instead."""
     from convforge.conv import cuda_fused_gemm, cuda_fused_layer, cuda_tc

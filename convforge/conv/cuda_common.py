@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from convforge.conv import ACTIVATION_CODES, finish_output, output_buffer
+from convforge.conv import check_input as conv_check_input
 
 KERNEL_DIR = Path(__file__).resolve().parent / "cuda"
 BASE_OPTIONS = ("-std=c++17",)
@@ -345,19 +346,14 @@ def check_weight(weight: torch.Tensor, bias: Optional[torch.Tensor]) -> tuple[to
 
 
 def check_input(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    if x.dim() != 4:
-        raise ValueError(f"input must be (B, C, H, W), got {tuple(x.shape)}")
-    if x.dtype != torch.float32:
-        raise TypeError(f"input must be float32, got {x.dtype}")
-    if x.device != weight.device:
-        raise ValueError(f"input is on {x.device}, weights on {weight.device}")
-    _, c, h, w = x.shape
-    m, wc, k, _ = weight.shape
-    if c != wc:
-        raise ValueError(f"input has {c} channels, weights expect {wc}")
-    if h < k or w < k:
-        raise ValueError(f"input {h}x{w} is smaller than the {k}x{k} kernel")
-    return x.contiguous()
+    """``x`` checked (the registry's check_input) and as the kernels read it: contiguous and 16-byte aligned.
+    A view with a storage offset is contiguous but may start mid-vector: the vectorised loads (float4,
+    cp.async of 16 bytes) then fault with a misaligned address (found by tests/test_fuzz.py on an H200),
+    so such an input is copied, as a strided one is."""
+    conv_check_input(x, weight)
+    if not x.is_contiguous() or x.data_ptr() % 16:
+        return x.clone(memory_format=torch.contiguous_format)
+    return x
 
 
 # The out= buffer protocol is the registry's, shared with the Triton wrappers.

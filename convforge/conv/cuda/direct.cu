@@ -166,7 +166,7 @@ __device__ __forceinline__ void store_tile(float* __restrict__ y, const float (&
             for (int r = 0; r < P; ++r)
 #pragma unroll
                 for (int jj = 0; jj < P; ++jj)
-                    if (r + jj > 0) best = fmaxf(best, acc[rp * P + r][jp * P + jj][m]);
+                    if (r + jj > 0) best = max_nan(best, acc[rp * P + r][jp * P + jj][m]);
             out[jp] = activate(best);
         }
         float* __restrict__ dst = y + (((long long)b * M + m0 + G * MG + m) * HP + ty * RTP + rp) * WP + strip * RP;

@@ -307,7 +307,7 @@ conv_regtile(float* __restrict__ y, const float* __restrict__ x, const float* __
 #pragma unroll
                             for (int a = 0; a < POOL; ++a)
 #pragma unroll
-                                for (int e = 0; e < POOL; ++e) v = fmaxf(v, acc[i * POOL + a][jj * POOL + e][t]);
+                                for (int e = 0; e < POOL; ++e) v = max_nan(v, acc[i * POOL + a][jj * POOL + e][t]);
                             if (ow0 / POOL + jj < WP) yrow[jj] = activate(v);
                         }
                     }
