@@ -148,6 +148,12 @@ def cmd_verify(args) -> int:
 
 
 def cmd_bench(args) -> int:
+    if args.whole and args.images is None:
+        from convforge.engine import resolve_device
+        if resolve_device(args.device) == "cpu":
+            args.images = [10000]
+    if args.images is None:
+        args.images = list(harness.DEFAULT_BATCHES)
     if args.whole:
         from convforge.harness import whole
         return whole.main(args)
@@ -259,8 +265,9 @@ def _add_bench(sub) -> None:
                    help=f"presets whose conv layers to time (default {DEFAULT_PRESET} unless --shape is given)")
     p.add_argument("--shape", nargs="+", type=_shape, default=[], metavar="B,M,C,H,W,K",
                    help="explicit layer shapes, each at its own batch size B")
-    p.add_argument("--images", nargs="+", type=_positive, default=list(harness.DEFAULT_BATCHES), metavar="B",
-                   help="batch sizes for the presets' layers (default %s)" % " ".join(map(str, harness.DEFAULT_BATCHES)))
+    p.add_argument("--images", nargs="+", type=_positive, metavar="B",
+                   help="batch sizes for the presets' layers (default %s; bench --whole --device cpu: 10000)"
+                   % " ".join(map(str, harness.DEFAULT_BATCHES)))
     p.add_argument("--impl", nargs="+", metavar="NAME",
                    help="implementations to time (default: all available on the device but 'reference')")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
@@ -281,9 +288,11 @@ def _add_bench(sub) -> None:
     p.add_argument("--out", metavar="FILE", help="also write the rows to FILE (.json or .csv)")
     p.add_argument("--report", metavar="DIR", help="also write a report (charts and tables) into DIR")
     p.add_argument("--whole", action="store_true",
-                   help="time each preset's whole forward pass instead of its layers (GPU): convforge exact, from a "
+                   help="time each preset's whole forward pass instead of its layers. GPU: convforge exact, from a "
                    "CUDA graph, and fast, against PyTorch eager, eager in a CUDA graph and torch.compile(max-autotune) "
-                   "(at the largest --images only), with %% of the network's floor and the accuracy of both paths")
+                   "(at the largest --images only), with %% of the network's floor and the accuracy of both paths. "
+                   "--device cpu: convforge's engine against PyTorch eager, ONNX Runtime and OpenVINO (pip install "
+                   "'convforge[onnx]') on the same weights, with %% of the FMA-peak floor and each one's accuracy")
     p.add_argument("--hugepages", action="store_true",
                    help=f"run with torch's {harness.THP_ENV}=1 for the whole process, so that torch's CPU allocator "
                    "page-aligns every tensor of 2 MiB or more and advises huge pages for it (madvise, as "

@@ -3,7 +3,10 @@
 Op Time of a layer is its convolution calls as the engine makes them (including per-call work such as
 staging weights), input already on the device, synchronised before and after, with CUDA events on a
 GPU; summed over the chunks a batch is cut into. One-time preparation (compiling, packing weights) is
-timed apart. Everything else (activations, pooling, fully-connected layers) runs in PyTorch float32.
+timed apart. Everything else (activations, pooling, fully-connected layers) runs in PyTorch float32, except on
+the CPU whole-network path (cpu-parallel, the CPU's auto): there the convs are fused with their activation and
+max pool, the dense layers are convforge.cpu_dense's blocked GEMM with bias and activation fused, and every
+intermediate buffer lives in an arena allocated once per chunk size and reused across chunks and calls.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import torch
 
 from convforge import conv
 from convforge.errors import UserError
-from convforge.models import Conv, ConvShape, Dense, Network, apply_layer, fusion_after
+from convforge.models import Activation, Conv, ConvShape, Dense, Flatten, Network, apply_layer, fusion_after
 
 # "exact": fp32 arithmetic throughout. "fast": FP16 tensor cores for the many-channel convolutions and TF32
 # ones for the dense layers, both accumulating in fp32 (accuracy reported beside exact by the whole-network
@@ -32,6 +35,10 @@ FAST_CONV = "cuda-tc-fp16"
 # the largest activation and its successor, and some kernels' scratch (unroll + GEMM) at once.
 CHUNK_BYTES = {"cpu": 256 << 20, "cuda": 4 << 30}
 FREE_MEMORY_SHARE = 1 / 8
+
+# The CPU whole-network path (see Engine._forward_cpu): the implementations it serves, and its chunk.
+CPU_WHOLE_IMPLS = ("cpu-parallel",)
+CPU_CHUNK = 2048
 
 
 def default_chunk(device: str, activation_elements: int) -> int:
@@ -150,6 +157,8 @@ class _Step:
     result: Optional[LayerResult] = None
     skip: int = 0  # following layers the conv kernel already applied (fusion)
     tf32: bool = False  # the fast path's dense layers: TF32 tensor cores
+    dense: object = None  # the CPU whole-network path's dense layer (convforge.cpu_dense.DenseLayer)
+    out_shape: tuple = ()  # per-image output shape (the CPU path's buffers)
 
 
 class Engine:
@@ -165,7 +174,13 @@ class Engine:
         self.params = {k: v.to(self.device) for k, v in network.params.items()}
         arch = network.architecture
         self.annotate = annotate  # name each layer in profiler traces (record_function + NVTX)
+        # The CPU whole-network path: conv + act + pool fused, dense layers as blocked GEMMs with bias and
+        # activation fused, every buffer allocated once and reused (the arena).
+        self.cpu_whole = self.device == "cpu" and self.impl.name in CPU_WHOLE_IMPLS
+        self._arena: dict = {}
         self.chunk = chunk or default_chunk(self.device, arch.max_activation_elements())
+        if self.cpu_whole and not chunk:
+            self.chunk = min(self.chunk, CPU_CHUNK)
         self.steps: list[_Step] = []
         self._warm_batches: set[int] = set()
         self._graphs: dict[int, GraphedForward] = {}
@@ -192,6 +207,14 @@ class Engine:
                     step.conv_fn = impl.prepare(weight, bias, input_hw=shape_in[1:])
             elif isinstance(layer, Dense) and precision == "fast":
                 step.tf32 = True
+            elif isinstance(layer, Dense) and self.cpu_whole:
+                from convforge.cpu_dense import DenseLayer
+                following = walk[i + 1][0] if i + 1 < len(walk) else None
+                activation = following.kind if isinstance(following, Activation) and fuse else None
+                step.skip = 1 if activation else 0
+                step.dense = DenseLayer(self.params[f"{prefix}.weight"], self.params.get(f"{prefix}.bias"),
+                                        activation)
+            step.out_shape = walk[i + step.skip][3]
             self.steps.append(step)
             i += 1 + step.skip
         if self.device == "cuda":
@@ -203,6 +226,15 @@ class Engine:
 
         ``timed=False`` leaves out the per-layer synchronisation, so that work on several streams overlaps.
         """
+        if self.cpu_whole:   # chunk by chunk through the arena; the logits copied out
+            n = x.shape[0]
+            logits = None
+            for start in range(0, max(n, 1), self.chunk):
+                part = self._forward_cpu(x[start:start + self.chunk], timed)
+                if logits is None:
+                    logits = torch.empty((n, *part.shape[1:]), dtype=part.dtype)
+                logits[start:start + part.shape[0]] = part
+            return logits
         for step in self.steps:
             with self._annotation(step):
                 if step.tf32:
@@ -215,6 +247,51 @@ class Engine:
                     with Stopwatch(self.device) as watch:
                         x = step.conv_fn(x)
                     step.result.op_time_s += watch.seconds
+        return x
+
+    def _buffer(self, key, rows: int, shape: tuple) -> torch.Tensor:
+        """The arena's float32 buffer ``key`` for ``rows`` images of ``shape``: allocated once for the largest
+        batch seen, and the first ``rows`` of it (contiguous) for smaller ones, so that chunk after chunk and
+        run after run write the same memory (no allocation, no first-touch page faults)."""
+        buffer = self._arena.get(key)
+        if buffer is None or buffer.shape[0] < rows or tuple(buffer.shape[1:]) != tuple(shape):
+            buffer = self._arena[key] = torch.empty((rows, *shape), dtype=torch.float32)
+        return buffer[:rows]
+
+    def _forward_cpu(self, x: torch.Tensor, timed: bool = True) -> torch.Tensor:
+        """The CPU whole-network pass of one chunk: every conv (fused with its activation and pool where the
+        network allows) writes into its arena buffer; dense layers run convforge.cpu_dense's blocked GEMM with
+        bias and activation fused, into 16-padded arena rows that the next dense layer reads in place; a
+        layer neither absorbs (e.g. an activation after an unfused conv) runs in PyTorch. Returns the logits,
+        a view into the arena that the next call overwrites."""
+        rows = x.shape[0]
+        base, ld = None, 0   # a dense output: its padded arena buffer and row stride
+        for index, step in enumerate(self.steps):
+            with self._annotation(step):
+                if step.conv_fn is not None:
+                    out = self._buffer(index, rows, step.out_shape)
+                    x = x.contiguous()
+                    if timed:
+                        with Stopwatch(self.device) as watch:
+                            x = step.conv_fn(x, out=out)
+                        step.result.op_time_s += watch.seconds
+                    else:
+                        x = step.conv_fn(x, out=out)
+                    base = None
+                elif step.dense is not None:
+                    dense = step.dense
+                    if base is None:
+                        x = x.reshape(rows, -1).contiguous()
+                        base, ld = x.numpy(), dense.k
+                    out = self._buffer(index, rows, (dense.np,))
+                    dense(base, ld, out.numpy())
+                    base, ld = out.numpy(), dense.np
+                    x = out[:, :dense.n]
+                elif isinstance(step.layer, Flatten) and base is None:
+                    x = x.reshape(rows, -1)
+                else:
+                    x = apply_layer(step.layer, x, self.params, step.prefix)
+                    base = None
         return x
 
     def _layer_impl(self, channels: int, fusion) -> conv.ConvImpl:
@@ -292,8 +369,13 @@ class Engine:
                 try:
                     self._warm_up(images)   # nothing to do unless the chunk was just halved
                     block = torch.from_numpy(images[start:start + self.chunk]).to(self.device)
-                    x = block.to(torch.float32).unsqueeze(1).contiguous()
-                    logits = self.forward(x)
+                    if self.cpu_whole:    # into the arena's input buffer, then the pass in the arena
+                        x = self._buffer("input", block.shape[0], (1, *block.shape[1:]))
+                        x.copy_(block.unsqueeze(1))
+                        logits = self._forward_cpu(x)
+                    else:
+                        x = block.to(torch.float32).unsqueeze(1).contiguous()
+                        logits = self.forward(x)
                     predictions[start:start + block.shape[0]] = logits.argmax(dim=1).cpu().numpy()
                     start += block.shape[0]
                     continue

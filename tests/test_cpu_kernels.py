@@ -164,3 +164,69 @@ def test_parallel_accumulator_bands(monkeypatch, case):
     monkeypatch.setattr(cpu_parallel, "_KERNELS", {})
     for bias in (False, True):
         _check("cpu-parallel", case, bias, seed=zlib.crc32(repr((case, bias)).encode()))
+
+
+# ------------------------------------------------------------------ cpu-parallel's fused conv + act + pool
+
+FUSED = [  # (B, M, C, H, W, K, activation, pool)
+    (37, 50, 1, 28, 28, 5, "tanh", 2),      # fa17's layer; 2 full 16-image groups and a partial one
+    (21, 17, 3, 19, 23, 3, "sigmoid", 2),   # odd maps, channels, W != H, odd conv output (cropped by the pool)
+    (18, 16, 4, 40, 40, 7, "relu", 4),      # fa20's second layer, pool 4
+    (5, 3, 2, 11, 9, 3, None, 3),           # no activation, pool 3
+    (33, 12, 5, 21, 22, 4, "tanh", 1),      # pool 1 (activation only), even K
+    (16, 6, 1, 9, 9, 5, "relu", 4),         # pooled plane of one pixel: the scalar write-back
+]
+
+
+@pytest.mark.parametrize("case", FUSED, ids=lambda c: "B{}-M{}-C{}-{}x{}-K{}-{}-pool{}".format(*c))
+def test_parallel_fused_matches_float64(case):
+    import torch.nn.functional as F
+    from convforge.models import ACTIVATIONS
+    batch, maps, channels, height, width, kernel, activation, pool = case
+    x, w, b = random_case((batch, channels, height, width), (maps, channels, kernel, kernel),
+                          seed=zlib.crc32(repr(case).encode()), bias=True)
+    ref = torch.from_numpy(conv2d_float64(x.numpy(), w.numpy(), b.numpy()))
+    if activation:
+        ref = ACTIVATIONS[activation](ref)
+    ref = F.max_pool2d(ref, pool, pool).numpy()
+    fn = conv.get("cpu-parallel").prepare_fused(w, b, activation, pool)
+    out = poisoned(ref.shape)
+    assert fn(x, out) is out
+    err = relative_error(out, ref)
+    assert err <= TOLERANCE, f"{case}: relative error {err:.2e}; {describe_mismatch(out, ref)}"
+    assert relative_error(fn(x), ref) <= TOLERANCE
+
+
+def test_fused_tanh_and_sigmoid_over_the_float32_range():
+    """The vectorised tanh (a rational fit) against float64 tanh, saturation included."""
+    from convforge.models import ACTIVATIONS
+    impl = conv.get("cpu-parallel")
+    x = torch.linspace(-30, 30, 16 * 9 * 7).reshape(16, 1, 9, 7).contiguous()
+    w = torch.ones(1, 1, 1, 1)
+    for activation in ("tanh", "sigmoid"):
+        out = impl.prepare_fused(w, None, activation, 1)(x).double()
+        ref = ACTIVATIONS[activation](x.double())
+        assert float((out - ref).abs().max()) < 1e-6, activation
+
+
+@pytest.mark.parametrize("shape", [(37, 50, 21, "tanh"), (13, 7, 5, None), (9, 33, 17, "sigmoid"),
+                                   (40, 300, 140, "relu"), (6, 16, 10, None)])
+def test_dense_layer_matches_float64(shape):
+    """cpu_dense's blocked GEMM (6-image tiles and the 1-image remainder, KC slices, padded panels)."""
+    from convforge import cpu_dense
+    from convforge.models import ACTIVATIONS
+    rows, k, n, activation = shape
+    g = torch.Generator().manual_seed(rows * 1000 + k)
+    x, w, b = torch.randn(rows, k, generator=g), torch.randn(n, k, generator=g), torch.randn(n, generator=g)
+    layer = cpu_dense.DenseLayer(w, b, activation)
+    out = np.full((rows, cpu_dense.padded(n)), np.nan, np.float32)
+    layer(x.numpy(), k, out)
+    ref = torch.nn.functional.linear(x.double(), w.double(), b.double())
+    ref = ACTIVATIONS[activation](ref) if activation else ref
+    assert relative_error(out[:, :n], ref.numpy()) <= TOLERANCE
+    # rows read with a longer stride (a padded dense output feeding the next layer)
+    wide = np.full((rows, k + 5), np.nan, np.float32)
+    wide[:, :k] = x.numpy()
+    out2 = np.empty_like(out)
+    layer(wide, k + 5, out2)
+    assert np.array_equal(out, out2)

@@ -1,7 +1,12 @@
-"""The whole-network benchmark's cost model (the timing itself needs a GPU)."""
+"""The whole-network benchmark's cost model (the GPU timing needs a GPU), the CPU whole-network path (fused
+conv, GEMM dense layers, the arena) and its CPU benchmark."""
+
+import numpy as np
+import pytest
+import torch
 
 from convforge.harness.whole import network_cost
-from convforge.models import load_preset
+from convforge.models import PRESETS, load_preset
 
 
 def test_network_cost_counts_every_layer_and_the_bytes_a_fused_pass_moves():
@@ -26,8 +31,6 @@ def test_two_conv_network_cost():
 def test_cli_refuses_gpu_only_options_on_the_cpu_with_one_line(cli):
     code, out, err = cli("infer", "--model", "sp19", "--images", "10", "--device", "cpu", "--precision", "fast")
     assert code == 2 and out == "" and err.strip().count("\n") == 0 and "needs --device cuda" in err
-    code, out, err = cli("bench", "--whole", "--device", "cpu")
-    assert code == 2 and out == "" and "needs --device cuda" in err
 
 
 def test_infer_reports_images_per_second_and_precision(cli, data_dir):
@@ -37,3 +40,110 @@ def test_infer_reports_images_per_second_and_precision(cli, data_dir):
     record = json.loads(out)
     assert code == 0 and record["precision"] == "exact"
     assert record["images_per_s"] == record["images"] / record["total_time_s"] > 0
+
+
+# ----------------------------------------------------------------------- the CPU whole-network path
+
+def _reference(network, images):
+    from convforge.models import forward_with
+    params = {k: v.double() for k, v in network.params.items()}
+    return forward_with(network.architecture, params, torch.from_numpy(images).double().unsqueeze(1)).numpy()
+
+
+def _images(network, count, seed):
+    size = network.architecture.input_size
+    return np.random.default_rng(seed).integers(0, 256, (count, size, size), dtype=np.uint8)
+
+
+@pytest.mark.parametrize("name", [p for p in PRESETS if p != "fa17-low"])
+def test_cpu_whole_network_matches_float64_on_every_preset(name):
+    """Fused conv + act + pool, the GEMM dense layers, the arena: logits within 1e-5 of float64; a batch of 37
+    in chunks of 16 (a partial 16-image group and a partial last chunk)."""
+    from convforge.engine import Engine
+    from convforge.harness.check import relative_error
+    network = load_preset(name)
+    engine = Engine(network, impl="cpu-parallel", device="cpu", chunk=16)
+    assert engine.cpu_whole
+    images = _images(network, 37, seed=len(name))
+    reference = _reference(network, images)
+    with torch.inference_mode():
+        logits = engine.forward(torch.from_numpy(images).float().unsqueeze(1))
+    assert relative_error(logits, reference) <= 1e-5
+    result = engine.run(images, reference.argmax(1))
+    assert result.correctness == 1.0
+    fused = [layer.fused for layer in result.layers]
+    assert fused[0] in ("tanh+maxpool2", "relu+maxpool2")
+    assert all(layer.op_time_s > 0 for layer in result.layers)
+
+
+def test_cpu_arena_buffers_are_reused_without_stale_data():
+    """Two different batches in a row, a smaller one after a larger one, a partial last chunk: each matches
+    its own reference, and the arena keeps its buffers (allocated once, for the largest chunk)."""
+    from convforge.engine import Engine
+    from convforge.harness.check import relative_error
+    network = load_preset("fa20")           # two fused convs (pool 2 and 4), two dense layers
+    engine = Engine(network, impl="cpu-parallel", device="cpu", chunk=32)
+    first, second = _images(network, 50, seed=1), _images(network, 41, seed=2)
+    pointers = None
+    with torch.inference_mode():
+        for images in (first, second, first[:7], second, first[:33]):
+            logits = engine.forward(torch.from_numpy(images).float().unsqueeze(1))
+            assert relative_error(logits, _reference(network, images)) <= 1e-5
+            now = {key: buffer.data_ptr() for key, buffer in engine._arena.items()}
+            assert pointers is None or now == pointers
+            pointers = now
+    result = engine.run(second, _reference(network, second).argmax(1))
+    assert result.correctness == 1.0
+
+
+def test_cpu_whole_is_the_default_on_the_cpu():
+    from convforge import conv
+    from convforge.engine import Engine
+    engine = Engine(load_preset("sp19"), impl="auto", device="cpu")
+    assert conv.resolve("auto", "cpu").name == "cpu-parallel" and engine.cpu_whole
+    unfused = Engine(load_preset("sp19"), impl="auto", device="cpu", fuse=False)
+    images = _images(unfused.network, 20, seed=3)
+    assert unfused.run(images, _reference(unfused.network, images).argmax(1)).correctness == 1.0
+
+
+def test_bench_whole_cpu_without_the_onnx_extras(cli, tmp_path, monkeypatch):
+    """ORT and OpenVINO missing: their columns say how to install them; convforge and torch still run."""
+    import json
+    from convforge.harness import probes, whole
+    monkeypatch.setattr(whole, "extra_missing",
+                        lambda module: f"not installed: {whole.ONNX_HINT}" if module in ("onnxruntime", "openvino")
+                        else None)
+    monkeypatch.setattr(whole, "export_onnx", lambda network, path: None)
+    monkeypatch.setattr(probes, "DEFAULT_BUDGET_S", 0.1)
+    out = tmp_path / "rows.json"
+    code, stdout, _ = cli("bench", "--whole", "--device", "cpu", "--model", "sp19", "--images", "20",
+                          "--repeat", "1", "--out", out)
+    assert code == 0
+    rows = {row["candidate"]: row for row in json.loads(out.read_text())}
+    assert rows["onnxruntime"]["note"] == rows["openvino"]["note"] == "not installed: pip install 'convforge[onnx]'"
+    assert rows["onnxruntime"]["ms"] is None and "not installed" in stdout
+    ours = rows["convforge (cpu-parallel)"]
+    assert ours["ms"] > 0 and ours["relative_error"] <= 1e-5 and ours["threads"] == torch.get_num_threads()
+    assert rows["torch eager"]["predictions_agree"] == 1.0 and ours["fma_gflops"] > 0
+
+
+def test_onnx_export_runs_in_onnxruntime_and_openvino(tmp_path):
+    """With the extras installed: the exported graph gives torch's logits in both runtimes."""
+    pytest.importorskip("onnx")
+    from convforge.harness import whole
+    network = load_preset("sp19")
+    path = str(tmp_path / "sp19.onnx")
+    whole.export_onnx(network, path)
+    runs = whole.cpu_candidates(network, path, threads=1)
+    images = _images(network, 5, seed=4)
+    x = torch.from_numpy(images).float().unsqueeze(1)
+    reference = _reference(network, images)
+    checked = 0
+    for name in ("onnxruntime", "openvino"):
+        if isinstance(runs[name], str):
+            continue
+        logits = np.asarray(runs[name]()(x))
+        assert np.abs(logits - reference).max() / np.abs(reference).max() < 1e-5
+        checked += 1
+    if not checked:
+        pytest.skip("neither onnxruntime nor openvino is installed")

@@ -154,8 +154,8 @@ IMPLEMENTATIONS: tuple[ConvImpl, ...] = (
     ConvImpl("cpu-loops", "cpu_loops", ("cpu",), "fp32",
              "the course's seven-loop pseudo-code as written, Numba, one thread", ("numba",), install_hint=_NUMBA),
     ConvImpl("cpu-parallel", "cpu_parallel", ("cpu",), "fp32",
-             "Numba, 16 images per AVX-512 vector, compile-time K and map blocks, in-register transposes, thread pool",
-             ("numba",), install_hint=_NUMBA),
+             "Numba, 16 images per vector, compile-time K and map blocks, in-register transposes, thread pool, "
+             "optional fused act + pool", ("numba",), fuses=True, install_hint=_NUMBA),
     ConvImpl("cpu-gemm", "cpu_gemm", ("cpu",), "fp32", "unroll (im2col) + BLAS matrix multiply, chunked"),
     # -- CUDA C through CuPy/NVRTC (milestones 3 and 4) ----------------------------------------------
     ConvImpl("cuda-naive", "cuda_naive", ("cuda",), "fp32",

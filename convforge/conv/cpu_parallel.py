@@ -27,6 +27,13 @@ handed out as threads free up (the load balances when other work shares the core
 --threads applies as it does to torch. The sum is fp32, contracted to fused multiply-adds
 (``fastmath={'contract'}`` only: rounding once per multiply-add instead of twice; no reassociation, no
 approximate functions), within about 5e-7 of the float64 reference on the course layers.
+Fused (prepare_fused, the CPU engine's default where a max pool follows): the band holds whole pool windows;
+once its tiles are done, pool_kernel (an LLVM intrinsic, as a Numba loop it stayed scalar at 3x the cost)
+takes the max of each window's 16-lane vectors for MB maps and applies the activation in registers (max
+pooling commutes with the non-decreasing activations, so the activation runs on the pooled values only: tanh as
+a clamped rational fit within 3.3e-7 of float64, relu, sigmoid from tanh), and only the pooled map is written
+back: fa17's layer writes 4x less and never reads its activations back. On an AVX2-only CPU (16 ymm registers,
+a 16-lane vector in two) the register tile holds 6 accumulators rather than 16 (TILE_ACCUMULATORS).
 Course step: the CPU side of the optimisation milestones: loop reordering for SIMD, register tiling, compile-
 time kernel sizes and multi-threading, the CPU analogue of the GPU's per-thread output tiles.
 Bottleneck: the FMA units for the many-channel layers (with a preallocated output at B = 2000 the whole layer
@@ -45,12 +52,30 @@ from typing import Optional
 import numpy as np
 import torch
 
-from convforge.conv import finish_output, output_buffer
+from convforge.conv import ACTIVATION_CODES, finish_output, output_buffer
 from convforge.conv.cpu_loops import check_input, jit_generated
 
 LANES = 16          # float32 lanes of an AVX-512 register = images per group
 MAX_BLOCK = 8        # maps per register tile
-TILE_ACCUMULATORS = 16  # TW * MB accumulators of a register tile (24 spills on K = 7)
+
+
+def _has_avx512() -> bool:
+    """Whether this CPU has AVX-512 (32 zmm registers); Linux's /proc/cpuinfo, else assumed not."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("flags"):
+                    return "avx512f" in line.split()
+    except OSError:
+        pass
+    return False
+
+
+# TW * MB accumulators of a register tile. AVX-512: 16 zmm (24 spills on K = 7). AVX2 only (16 ymm
+# registers; a 16-lane vector takes two): 6, i.e. 12 ymm. On this project's AVX2 machine (AMD EPYC Zen 3,
+# 2026-11-25, B = 2048, 2 threads) 16 ran fa17 L1 at 15 and fa18 L2 at 24 GFLOP/s, 6 at 50 and 44, 4 at 40
+# and 44 (other work on the machine: ratios only).
+TILE_ACCUMULATORS = 16 if _has_avx512() else 6
 ACC_BYTES = 256 << 10  # accumulators of one band of output rows (the whole plane on the course layers), in L2
 
 
@@ -208,18 +233,132 @@ _TILES: dict = {}
 TILE_VERSION = 5  # part of the generated source, like TRANSPOSE_VERSION
 
 
-def kernel_source(kernel: int, block: int) -> str:
-    """Python source of the Numba kernel for K = ``kernel`` and MB = ``block`` (both baked in)."""
+def vector_activation(builder, value, act: int):
+    """LLVM IR applying activation ``act`` (ACTIVATION_CODES) to the float vector ``value``: the same
+    formulas for every kernel (relu a max; tanh the clamped rational fit above; sigmoid from tanh)."""
+    from llvmlite import ir
+    if act == 0:
+        return value
+    vec = value.type
+    count = vec.count
+
+    def splat(number):
+        return ir.Constant(vec, [ir.Constant(ir.FloatType(), float(number))] * count)
+
+    def maximum(a, b):
+        return builder.select(builder.fcmp_ordered(">", a, b), a, b)
+
+    def minimum(a, b):
+        return builder.select(builder.fcmp_ordered("<", a, b), a, b)
+
+    if act == 2:
+        return maximum(value, splat(0.0))
+    t = value if act == 1 else builder.fmul(value, splat(0.5))
+    t = minimum(maximum(t, splat(-TANH_CLAMP)), splat(TANH_CLAMP))
+    s = builder.fmul(t, t)
+
+    def horner(coefficients):
+        acc = splat(coefficients[-1])
+        for coef in reversed(coefficients[:-1]):
+            acc = builder.fadd(builder.fmul(acc, s), splat(coef), flags=("contract",))
+        return acc
+
+    t = builder.fdiv(builder.fmul(t, horner(TANH_P)), horner(TANH_Q))
+    if act == 3:
+        t = builder.fadd(builder.fmul(t, splat(0.5)), splat(0.5), flags=("contract",))
+    return t
+
+
+def pool_kernel(pool: int, block: int, act: int):
+    """The Numba intrinsic ``pool_act(acc, s0, wrow, pacc, d0)``: for the MB = ``block`` maps of one pooled
+    position, the max over the pool x pool window of 16-lane accumulator vectors acc[s0 + i * wrow + (j * MB
+    + mm) * 16 ...], then activation ``act``, stored to pacc[d0 + mm * 16 ...] (all in vector registers; the
+    same as a Numba loop, which Numba left scalar at 3x the cost)."""
+    key = (pool, block, act)
+    if key not in _POOLS:
+        from llvmlite import ir
+        from numba import types
+        from numba.extending import intrinsic
+        P, MB = pool, block
+
+        @intrinsic
+        def pool_act(typingctx, acc, s0, wrow, out, d0):
+            sig = types.void(acc, s0, wrow, out, d0)
+
+            def codegen(context, builder, signature, args):
+                i64 = ir.IntType(64)
+                vec = ir.VectorType(ir.FloatType(), LANES)
+                ad = context.make_array(signature.args[0])(context, builder, args[0]).data
+                od = context.make_array(signature.args[3])(context, builder, args[3]).data
+                s0v, wrowv, d0v = (context.cast(builder, args[i], signature.args[i], types.int64) for i in (1, 2, 4))
+
+                def load(offset):
+                    ptr = builder.gep(ad, [offset], inbounds=True)
+                    return builder.load(builder.bitcast(ptr, vec.as_pointer()), align=4)
+
+                for mm in range(MB):
+                    best = None
+                    for i in range(P):
+                        row = builder.add(s0v, builder.mul(wrowv, ir.Constant(i64, i)))
+                        for j in range(P):
+                            v = load(builder.add(row, ir.Constant(i64, (j * MB + mm) * LANES)))
+                            best = v if best is None else builder.select(builder.fcmp_unordered(">", v, best), v, best)
+                    best = vector_activation(builder, best, act)
+                    ptr = builder.gep(od, [builder.add(d0v, ir.Constant(i64, mm * LANES))], inbounds=True)
+                    builder.store(best, builder.bitcast(ptr, vec.as_pointer()), align=4)
+                return context.get_dummy_value()
+
+            return sig, codegen
+
+        _POOLS[key] = pool_act
+    return _POOLS[key]
+
+
+_POOLS: dict = {}
+POOL_VERSION = 1
+
+
+# Activation codes are convforge.conv.ACTIVATION_CODES: 0 none, 1 tanh, 2 relu, 3 sigmoid.
+# tanh(x) = x P(x^2) / Q(x^2) on |x| <= TANH_CLAMP (beyond it tanh rounds to +-1 in float32): a rational
+# minimax-style fit (iteratively reweighted least squares for relative error, made for convforge), within
+# 3.3e-7 of float64 tanh over all float32 inputs. Plain multiply-adds and one division: it vectorises,
+# where libm's tanhf is a scalar call per element (Numba here has no SVML). sigmoid(x) = (1 + tanh(x/2)) / 2.
+TANH_CLAMP = 7.90531110763549805
+TANH_P = (0.9999999987387712, 0.1313253099916881, 0.00315863074579562, 1.174431814912408e-05,
+          -2.277100878791554e-08, 6.619522256118305e-11, -1.2344319065127366e-13)
+TANH_Q = (1.0, 0.46465863000440627, 0.024711530850971303, 0.0002626729299975575)
+
+
+def kernel_source(kernel: int, block: int, pool: int = 0, act: int = 0) -> str:
+    """Python source of the Numba kernel for K = ``kernel`` and MB = ``block`` (both baked in); with
+    ``pool`` > 0 it also applies activation ``act`` and a pool x pool max pool (stride pool) and writes only
+    the pooled map. Max pooling commutes with the (non-decreasing) activations, so the max is taken first
+    and the activation runs on the pooled values only."""
     K, MB, L, ACC_FLOATS = kernel, block, LANES, ACC_BYTES // 4
     TW = choose_width(block)
-    return f'''"""Generated by convforge.conv.cpu_parallel for K={K}, MB={MB}, TW={TW} (transpose v{TRANSPOSE_VERSION}, tile v{TILE_VERSION})."""
+    P = pool
+    if P:
+        pooled = f'''
+                # Max pool {P}x{P} then activation {act}, into pacc[((row * Wp + col) * MB + mm) * 16 + lane].
+                for ph in range((h1 - h0) // {P}):
+                    for pw in range(Wp):
+                        pool_act(acc, (ph * {P} * Wo + pw * {P}) * {MB * L}, Wo * {MB * L}, pacc, (ph * Wp + pw) * {MB * L})
+                run = (h1 - h0) // {P} * Wp
+                r0 = h0 // {P} * Wp'''
+    else:
+        pooled = """
+                run = (h1 - h0) * Wo
+                r0 = h0 * Wo"""
+    res = "pacc" if P else "acc"
+    return f'''"""Generated by convforge.conv.cpu_parallel for K={K}, MB={MB}, TW={TW}, pool={P}, act={act} (transpose v{TRANSPOSE_VERSION}, tile v{TILE_VERSION}, pool v{POOL_VERSION})."""
 import numpy as np
 
-from convforge.conv.cpu_parallel import tile_kernel, transposed_store
+from convforge.conv.cpu_parallel import pool_kernel, tile_kernel, transposed_store
 
 store_transposed16 = transposed_store()
 conv_tile = tile_kernel({K}, {MB}, {TW})
 conv_tile1 = tile_kernel({K}, {MB}, 1)
+pool_act = pool_kernel({max(P, 1)}, {MB}, {act})
 
 
 def conv(x, w, bias, y, M, g0, g1, mb0, mb1):
@@ -227,12 +366,17 @@ def conv(x, w, bias, y, M, g0, g1, mb0, mb1):
     B, C, H, W = x.shape
     Ho = H - {K} + 1
     Wo = W - {K} + 1
-    plane = max(Ho, 0) * max(Wo, 0)               # floats of one (image, map) output plane
+    Hp = Ho // {max(P, 1)}                          # output rows and columns (pooled when fused)
+    Wp = Wo // {max(P, 1)}
+    Hc = Hp * {max(P, 1)}                           # conv rows computed (whole pool windows)
+    plane = max(Hp, 0) * max(Wp, 0)               # floats of one (image, map) output plane
     nx = C * H * W * {L}
     nr = max(Wo, 1) * {MB * L}                    # accumulators of one output row block
-    band = max(1, min(Ho, max(-(-{L} // max(Wo, 1)), {ACC_FLOATS} // nr)))  # output rows per band
+    band = max(1, min(Hc, max(-(-{L} // max(Wo, 1)), {ACC_FLOATS} // nr)))  # conv rows per band
+    band = max({max(P, 1)}, band // {max(P, 1)} * {max(P, 1)})  # whole pool windows
     na = band * nr
     buf = np.empty(nx + na + {L}, np.float32)
+    pacc = np.empty(max(band // {max(P, 1)} * max(Wp, 1) * {MB * L}, {L}) if {P} else 1, np.float32)
     o = (-(buf.ctypes.data >> 2)) & {L - 1}       # 64-byte aligned: whole-cache-line vector loads
     xp = buf[o:o + nx].reshape((C, H, W * {L}))   # xp[c, r, col * 16 + lane] = x[b0 + lane, c, r, col]
     acc = buf[o + nx:o + nx + na]                 # acc[((h - h0) * Wo + col) * MB + mm) * 16 + lane]: a band
@@ -267,8 +411,8 @@ def conv(x, w, bias, y, M, g0, g1, mb0, mb1):
                             xr[col * {L} + lane] = x[b0 + lane, c, r, col]
         for mb in range(mb0, mb1):
             m0 = mb * {MB}
-            for h0 in range(0, Ho, band):
-                h1 = min(h0 + band, Ho)
+            for h0 in range(0, Hc, band):
+                h1 = min(h0 + band, Hc)
                 for h in range(h0, h1):
                     # Tiles of {TW} columns x {MB} maps, each summed over all (c, p, q) in registers; the
                     # last tile ends at Wo, overlapping its neighbour (same values).
@@ -281,19 +425,19 @@ def conv(x, w, bias, y, M, g0, g1, mb0, mb1):
                         for col0 in range(Wo):
                             conv_tile1(buf, o + (h * W + col0) * {L}, W * {L}, H * W * {L}, C, wp, (mb - mb0) * nw,
                                        bias, m0, acc, ((h - h0) * Wo + col0) * {MB * L})
+{pooled}
                 # Back to y's layout, the band's rows as one run of each (image, map) plane.
-                run = (h1 - h0) * Wo
                 for mm in range(min({MB}, M - m0)):
-                    first = (b0 * M + m0 + mm) * plane + h0 * Wo
+                    first = (b0 * M + m0 + mm) * plane + r0
                     if nb == {L} and run >= {L}:
                         for v in range((run + {L - 1}) // {L}):
                             c0 = min(v * {L}, run - {L})
-                            store_transposed16(acc, (c0 * {MB} + mm) * {L}, {MB * L}, yf, first + c0, out_image)
+                            store_transposed16({res}, (c0 * {MB} + mm) * {L}, {MB * L}, yf, first + c0, out_image)
                     else:
                         for lane in range(nb):
                             dst = first + lane * out_image
                             for i in range(run):
-                                yf[dst + i] = acc[(i * {MB} + mm) * {L} + lane]
+                                yf[dst + i] = {res}[(i * {MB} + mm) * {L} + lane]
 '''
 
 
@@ -301,12 +445,14 @@ _KERNELS: dict = {}
 _LOCK = threading.Lock()
 
 
-def get_kernel(kernel: int, block: int):
-    """The compiled kernel for (K, MB), compiled (or loaded from the disk cache) once per process."""
+def get_kernel(kernel: int, block: int, pool: int = 0, act: int = 0):
+    """The compiled kernel for (K, MB[, pool, activation]), compiled (or loaded from the disk cache) once per
+    process."""
     with _LOCK:
-        key = (kernel, block)
+        key = (kernel, block, pool, act)
         if key not in _KERNELS:
-            _KERNELS[key] = jit_generated(f"cpu_parallel_k{kernel}_mb{block}", kernel_source(kernel, block),
+            name = f"cpu_parallel_k{kernel}_mb{block}" + (f"_p{pool}_a{act}" if pool else "")
+            _KERNELS[key] = jit_generated(name, kernel_source(kernel, block, pool, act),
                                           "conv", nogil=True, fastmath={"contract"})
         return _KERNELS[key]
 
@@ -344,6 +490,20 @@ def work_items(groups: int, blocks: int, threads: int) -> list[tuple[int, int, i
 
 
 def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None):
+    return _prepare(weight, bias, None, 0)
+
+
+def prepare_fused(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Optional[str], pool: int):
+    """conv + bias, then a pool x pool max pool (stride pool) and the activation, in one pass: only the
+    pooled map is written (the conv rows stay in the band of accumulators, in L2)."""
+    if activation not in ACTIVATION_CODES:
+        raise ValueError(f"unknown activation {activation!r}; cpu-parallel fuses {sorted(map(str, ACTIVATION_CODES))}")
+    if pool < 1:
+        raise ValueError(f"pool must be 1 or more, got {pool}")
+    return _prepare(weight, bias, activation, pool)
+
+
+def _prepare(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Optional[str], pool: int):
     maps, channels, kernel, kernel_w = weight.shape
     if kernel != kernel_w:
         raise ValueError(f"square kernels only, got {kernel}x{kernel_w}")
@@ -354,7 +514,7 @@ def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None):
     b = np.zeros(padded, np.float32)
     if bias is not None:
         b[:maps] = bias.detach().to(torch.float32).numpy()
-    fn = get_kernel(kernel, block)
+    fn = get_kernel(kernel, block, pool, ACTIVATION_CODES[activation] if pool else 0)
     blocks = padded // block
     # Compile now (a one-image call of the same types), so the first timed call runs compiled code.
     fn(np.zeros((1, channels, kernel, kernel), np.float32), w, b, np.empty((1, maps, 1, 1), np.float32),
@@ -362,6 +522,8 @@ def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None):
 
     def run(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
         xn, shape = check_input(x, weight.shape)
+        if pool:
+            shape = (shape[0], shape[1], shape[2] // pool, shape[3] // pool)
         target, result = output_buffer(out, shape, x)
         if shape[0] == 0:
             return finish_output(target, result)

@@ -14,6 +14,7 @@ that must move (the float32 input read once, the weights, the logits written) at
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
@@ -123,6 +124,181 @@ def accuracy_rows(name: str, images: int) -> list[dict]:  # pragma: no cover - n
     return rows
 
 
+# ------------------------------------------------------------------------------------------------- CPU
+
+ONNX_HINT = "pip install 'convforge[onnx]'"
+CPU_BATCHES = (10000,)
+CPU_REPEAT = 3
+
+
+def extra_missing(module: str) -> Optional[str]:
+    """None when ``module`` imports, else the note its column shows."""
+    import importlib.util
+    return None if importlib.util.find_spec(module) is not None else f"not installed: {ONNX_HINT}"
+
+
+def export_onnx(network: Network, path: str) -> None:
+    """The network with the same weights as an ONNX graph (TorchScript exporter, dynamic batch)."""
+    arch, params = network.architecture, dict(network.params)
+
+    class Forward(torch.nn.Module):
+        def forward(self, x):
+            return forward_with(arch, params, x)
+
+    import warnings
+    sample = torch.zeros((2, arch.in_channels, arch.input_size, arch.input_size))
+    with warnings.catch_warnings():   # "legacy TorchScript-based exporter": chosen (dynamo=False), not news
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.onnx.export(Forward(), (sample,), path, dynamo=False, input_names=["x"], output_names=["logits"],
+                          dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}}, opset_version=17)
+
+
+def cpu_candidates(network: Network, onnx_path: Optional[str], threads: int) -> dict[str, object]:
+    """name -> a maker of forward(x: float32 (B, 1, S, S) tensor) -> logits (NumPy or torch), or the reason
+    the candidate cannot run here (a string)."""
+    ours = Engine(network, impl="auto", device="cpu")
+    arch, params = network.architecture, dict(network.params)
+    runs: dict[str, object] = {
+        f"convforge ({ours.impl.name})": lambda: lambda x: ours.forward(x, timed=False),
+        "torch eager": lambda: lambda x: forward_with(arch, params, x)}
+    reason = extra_missing("onnxruntime") or (None if onnx_path else "the ONNX export failed")
+    if reason:
+        runs["onnxruntime"] = reason
+    else:
+        def make_ort():
+            import onnxruntime as ort
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = threads
+            options.inter_op_num_threads = 1
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            session = ort.InferenceSession(onnx_path, options, providers=["CPUExecutionProvider"])
+            return lambda x: session.run(None, {"x": x.numpy()})[0]
+        runs["onnxruntime"] = make_ort
+    reason = extra_missing("openvino") or (None if onnx_path else "the ONNX export failed")
+    if reason:
+        runs["openvino"] = reason
+    else:
+        def make_openvino():
+            import openvino as ov
+            core = ov.Core()
+            compiled = core.compile_model(core.read_model(onnx_path), "CPU", {
+                "INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"})
+            request = compiled.create_infer_request()
+            return lambda x: request.infer([x.numpy()])[compiled.output(0)]
+        runs["openvino"] = make_openvino
+    return runs
+
+
+def cpu_versions() -> dict:
+    from convforge.harness.probes import _package_versions
+    return _package_versions(("onnxruntime", "openvino", "onnx", "numba", "numpy"))
+
+
+def bench_network_cpu(name: str, batches: Sequence[int], ceilings, repeat: int, data_dir=None) -> list[dict]:
+    """Rows per (batch, candidate) of the whole forward pass on the CPU, on the test images when they are
+    installed (accuracy from the timed logits) else on random pixels (accuracy None)."""
+    import os
+    import tempfile
+    from convforge import data
+    from convforge.harness.check import relative_error
+    network = load_preset(name)
+    arch = network.architecture
+    params64 = {k: v.to(torch.float64) for k, v in network.params.items()}
+    threads = torch.get_num_threads()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="convforge-onnx-") as folder:
+        onnx_path: Optional[str] = os.path.join(folder, f"{name}.onnx")
+        try:
+            export_onnx(network, onnx_path)
+        except Exception as exc:  # noqa: BLE001 - reported in the rows, the other columns still run
+            print(f"{name}: ONNX export failed: {exc}", flush=True)
+            onnx_path = None
+        for batch in batches:
+            labels = None
+            try:
+                subset = data.load("test", arch.input_size, min(batch, data.SPLIT_SIZES["test"]), data_dir)
+                images, labels = subset.images, subset.labels
+                if len(images) < batch:
+                    images = np.resize(images, (batch, *images.shape[1:]))
+                    labels = np.resize(labels, batch)
+            except Exception:  # noqa: BLE001 - no data here: random pixels, no accuracy
+                images = np.random.default_rng(batch).integers(0, 256, (batch, arch.input_size, arch.input_size),
+                                                               dtype=np.uint8)
+            x = torch.from_numpy(images).to(torch.float32).unsqueeze(1).contiguous()
+            with torch.inference_mode():   # float64 in slices: torch's float64 conv unrolls its whole input
+                reference = np.concatenate([forward_with(arch, params64, x[i:i + 500].double()).numpy()
+                                            for i in range(0, batch, 500)])
+            cost = network_cost(network, batch)
+            floor_ms = ceilings.floor_s(cost.flops, cost.bytes_moved) * 1e3
+            for label, make in cpu_candidates(network, onnx_path, threads).items():
+                row = dict(model=name, batch=batch, candidate=label, floor_ms=floor_ms, threads=threads)
+                if isinstance(make, str):
+                    rows.append(dict(row, ms=None, note=make))
+                    print(f"{name:9s} {batch:6d} {label:26s} {make}", flush=True)
+                    continue
+                forward = make()
+                with torch.inference_mode():
+                    logits = np.asarray(forward(x))              # warm-up: first-call work (compiling, plans)
+                    times = []
+                    for _ in range(repeat):
+                        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+                        t0 = time.perf_counter()
+                        forward(x)
+                        times.append(time.perf_counter() - t0)
+                ms = float(np.median(times)) * 1e3
+                predicted = logits.argmax(1)
+                rows.append(dict(row, ms=ms, ms_all=[t * 1e3 for t in times], pct_floor=100 * floor_ms / ms,
+                                 images_per_s=batch / ms * 1e3, gflops=cost.flops / ms / 1e6,
+                                 relative_error=relative_error(logits, reference),
+                                 predictions_agree=float((predicted == reference.argmax(1)).mean()),
+                                 accuracy=float((predicted == labels).mean()) if labels is not None else None,
+                                 loadavg_1min=load))
+                r = rows[-1]
+                print(f"{name:9s} {batch:6d} {label:26s} {ms:9.1f} ms  floor {floor_ms:7.1f}  {r['pct_floor']:5.1f}%  "
+                      f"err {r['relative_error']:.1e}  acc {r['accuracy'] if r['accuracy'] is not None else '-'}  "
+                      f"load {load}", flush=True)
+                del forward
+    fastest = {}
+    for row in rows:
+        if row["candidate"] in ("onnxruntime", "openvino") and row.get("ms"):
+            key = row["batch"]
+            fastest[key] = min(fastest.get(key, float("inf")), row["ms"])
+    for row in rows:
+        if row.get("ms") and row["batch"] in fastest:
+            row["speedup_vs_best_of_ort_openvino"] = fastest[row["batch"]] / row["ms"]
+    return rows
+
+
+def main_cpu(args) -> int:
+    """``convforge bench --whole --device cpu``."""
+    from pathlib import Path
+    from convforge.files import write_atomically
+    from convforge.harness.probes import environment, measure_ceilings
+    from convforge.models import PRESETS, get_preset
+    from convforge.errors import UserError
+    models = args.model or [p for p in PRESETS if p != "fa17-low"]
+    for name in models:
+        get_preset(name)
+    out = Path(args.out) if args.out else None
+    if out is not None and not out.parent.is_dir():
+        raise UserError(f"the folder of --out {args.out} does not exist; create {out.parent} first")
+    batches = sorted(set(args.images or CPU_BATCHES))
+    ceilings = measure_ceilings("cpu")
+    print(f"ceilings ({torch.get_num_threads()} threads): {ceilings.describe()}", flush=True)
+    env = dict(environment("cpu"), **cpu_versions(), copy_gbps=ceilings.copy_gbps,
+               matmul_gflops=ceilings.matmul_gflops, fma_gflops=ceilings.fma_gflops, read_gbps=ceilings.read_gbps,
+               write_gbps=ceilings.write_gbps)
+    print("  ".join(f"{k} {env[k]}" for k in ("cpu", "threads", "torch", "onnxruntime", "openvino", "numba")),
+          flush=True)
+    rows = []
+    for name in models:
+        rows += [dict(row, **env) for row in bench_network_cpu(name, batches, ceilings, args.repeat or CPU_REPEAT,
+                                                                getattr(args, "data_dir", None))]
+        if out is not None:
+            write_atomically(out, lambda tmp: Path(tmp).write_text(json.dumps(rows, indent=1)))
+    return 0
+
+
 def main(args) -> int:  # pragma: no cover - needs a GPU
     """``convforge bench --whole``: ``args`` is bench's namespace (model, images as the batches, repeat, out)."""
     from pathlib import Path
@@ -132,8 +308,8 @@ def main(args) -> int:  # pragma: no cover - needs a GPU
     from convforge.files import write_atomically
     from convforge.harness.probes import measure_ceilings
     from convforge.models import PRESETS, get_preset
-    if resolve_device(args.device) != "cuda":
-        raise UserError("bench --whole times GPU forward passes: it needs --device cuda (or auto with a GPU)")
+    if resolve_device(args.device) == "cpu":
+        return main_cpu(args)
     models = args.model or [p for p in PRESETS if p != "fa17-low"]
     for name in models:
         get_preset(name)                      # an unknown name fails here, before any work
