@@ -315,6 +315,10 @@ def test_fuzz_inf_nan_propagate_as_torch(target):
     # Found: triton-fused-layer turned a NaN into -Inf (its max pool started from -Inf and tl.maximum dropped NaN)
     @example(drawn=(Case(2, 3, 2, 6, 7, 3, True, None, "contiguous", "course", 5), [(0, 0, 0, 0, math.nan)]))
     @example(drawn=(Case(1, 2, 1, 4, 4, 1, False, ("relu", 2), "contiguous", "course", 3), [(0, 0, 1, 1, math.nan)]))
+    # Found: one finite output left (C=4 with bias, cancellation): relative error 1.19e-5 on that element (the
+    # test's norm-based comparison, now an element-wise error bound)
+    @example(drawn=(Case(1, 1, 4, 1, 3, 1, True, None, "contiguous", "course", 0),
+                    [(0, 0, 0, 0, math.inf), (0, 0, 0, 1, math.inf)]))
     def run(drawn):
         case, spots = drawn
         case = _fit(case, target)
@@ -325,6 +329,8 @@ def test_fuzz_inf_nan_propagate_as_torch(target):
             x[i if case.view != "expanded" else slice(None), c, h, col] = value
         want = _torch_fp32(x, w, b, case.fusion)
         ref = reference_layer(x, w, b, *(case.fusion or (None, None)))
+        magnitude = reference_layer(torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0).abs(), w.abs(),
+                                    None if b is None else b.abs(), None, (case.fusion or (None, None))[1])
         with torch.inference_mode():
             fn = _prepared(target, case, w, b)
             xd = _view(x, case.view, target.device)
@@ -336,10 +342,14 @@ def test_fuzz_inf_nan_propagate_as_torch(target):
                     assert differ.size == 0, (f"{what}: {name} positions differ from torch's at "
                                               f"{[tuple(map(int, d)) for d in differ[:5]]} "
                                               f"(got {got[tuple(differ[0])]}, torch {want[tuple(differ[0])]})")
+                # Finite values, element by element, against fp32's error bound: tolerance x the sum of the
+                # terms' magnitudes (conv of |x| and |w|, + |b|; max-pooled like the output). A norm over the
+                # few finite outputs left would be one element's relative error, which cancellation can spoil.
                 finite = np.isfinite(want) & np.isfinite(ref)
-                if finite.any():
-                    error = relative_error(got[finite], ref[finite])
-                    assert error <= target.tolerance, f"{what}: finite values off by {error:.3g}"
+                off = np.abs(got - ref)[finite]
+                bound = target.tolerance * magnitude[finite]
+                assert np.all(off <= bound), (f"{what}: finite values off by up to "
+                                              f"{float(np.max(off / np.maximum(bound, 1e-300))):.3g} x the bound")
 
     run()
 
