@@ -176,7 +176,8 @@ CASES = {
     "bench report in /proc": (["bench", "--device", "cpu", "--report", "/proc/report"], None, "cannot write into --report"),
     "profile trace in /proc": (["profile", "--trace", "/proc/x.json"], None, "cannot write --trace /proc/x.json"),
     "profile trace is a folder": (["profile", "--trace", "{tmp}/out"], None, "is a folder"),
-    "profile trace is a device": (["profile", "--trace", "/dev/null"], None, "not a regular file"),
+    # a FIFO, not /dev/null: should the check ever regress, the atomic rename must not replace a system device
+    "profile trace is a fifo": (["profile", "--trace", "{fifo}"], lambda t, d: {"fifo": _fifo(t)}, "not a regular file"),
     "report out is a file": (["report", "{tmp}/out/file.txt", "--out", "{tmp}/out/file.txt"], None, "not a folder"),
     "classify out in /proc": (["classify", "fashion-mnist:test", "--out", "/proc/p.csv"], None, "cannot write --out"),
     "classify out is a folder": (["classify", "fashion-mnist:test", "--out", "{tmp}/out"], None, "is a folder"),
@@ -206,6 +207,11 @@ if not HAS_CUDA:
     })
 
 SUBPROCESS = ("unknown preset", "bench out folder missing", "profile trace in /proc", "idx truncated")
+
+
+def _fifo(tmp: Path) -> Path:
+    os.mkfifo(tmp / "fifo")
+    return tmp / "fifo"
 
 
 def _write(path: Path, raw: bytes) -> Path:

@@ -24,10 +24,11 @@ def test_check_writable_accepts_a_new_or_existing_file(tmp_path):
     ("{tmp}", "is a folder"),
     ("{tmp}/file.txt/x.json", "is not a folder"),
     ("/proc/x.json", "cannot write --out /proc/x.json"),
-    ("/dev/null", "not a regular file"),
+    ("{tmp}/fifo", "not a regular file"),   # a FIFO, not /dev/null: a regression must not replace a device
 ])
 def test_check_writable_refuses_with_one_line_naming_the_option(tmp_path, where, words):
     (tmp_path / "file.txt").write_text("x")
+    os.mkfifo(tmp_path / "fifo")
     with pytest.raises(UserError) as caught:
         files.check_writable(where.format(tmp=tmp_path), "--out")
     message = str(caught.value)
