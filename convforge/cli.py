@@ -131,6 +131,8 @@ def cmd_impls(args) -> int:
 
 def cmd_train(args) -> int:
     from convforge.train import train
+    if args.epochs is not None and not args.epochs > 0:
+        raise UserError(f"--epochs must be more than 0, got {args.epochs:g}")
     out = Path(args.out or f"{args.preset}.safetensors")
     if out.is_dir():
         out = out / f"{args.preset}.safetensors"
@@ -408,6 +410,38 @@ def _add_classify(sub) -> None:
 
 # ------------------------------------------------------------------------------------------ main
 
+# What each command writes, checked before its work starts (no traceback after a long run):
+# (attribute, option, kind): "file" (its folder must exist), "file+" (missing folders are created),
+# "folder" (created if missing), "prefix" (an MXNet PREFIX: PREFIX-symbol.json and PREFIX-EPOCH.params).
+DESTINATIONS = {
+    "bench": (("out", "--out", "file"), ("report", "--report", "folder")),
+    "profile": (("trace", "--trace", "file+"),),
+    "sweep": (("json", "--json", "file"), ("write_auto", "--write-auto", "file")),
+    "report": (("out", "--out", "folder"),),
+    "classify": (("out", "--out", "file"),),
+    "export": (("mxnet", "--mxnet", "prefix"),),
+    "train": (("out", "--out", "train"),),
+}
+
+
+def check_destinations(args) -> None:
+    """Refuse, with one line naming the option, a destination the command could not write at its end."""
+    from convforge.files import check_writable, check_writable_folder
+    for attribute, option, kind in DESTINATIONS.get(args.command, ()):
+        value = getattr(args, attribute, None)
+        if kind == "train":  # a file, or a folder to write PRESET.safetensors into (default: ./PRESET.safetensors)
+            target = Path(value or f"{args.preset}.safetensors")
+            check_writable(target / f"{args.preset}.safetensors" if target.is_dir() else target, option)
+        elif not value or not isinstance(value, str):
+            continue
+        elif kind == "folder":
+            check_writable_folder(value, option)
+        elif kind == "prefix":
+            check_writable(Path(value + "-symbol.json"), option)
+        else:
+            check_writable(value, option, create_folders=kind == "file+")
+
+
 COMMANDS = (_add_infer, _add_models, _add_impls, _add_train, _add_verify, _add_bench, _add_profile, _add_sweep,
             _add_report, _add_export, _add_classify)
 
@@ -427,6 +461,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args = parser.parse_args(argv or ["infer"])
         if args.command is None:
             raise UserError("no command given; try 'convforge infer' or 'convforge --help'")
+        check_destinations(args)
         return args.func(args)
     except UserError as exc:
         print(f"convforge: error: {exc}", file=sys.stderr)

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from convforge.errors import UserError
-from convforge.files import write_atomically, write_files_atomically
+from convforge.files import warn_damaged_cache, write_atomically, write_files_atomically
 
 SYSTEM_DIR = Path("/usr/share/datasets/fashion-mnist")
 OFFICIAL_URL = "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/"
@@ -206,11 +206,14 @@ def _cached_resize(images: np.ndarray, size: int, key: str) -> np.ndarray:
     """Course-resize ``images``, keeping the result in the cache folder so later runs skip the work."""
     path = cache_dir() / "resized" / f"{key}-{size}.npy"
     try:
-        cached = np.load(path)
+        cached = np.load(path, allow_pickle=False)
         if cached.shape == (images.shape[0], size, size) and cached.dtype == np.uint8:
             return cached
-    except (OSError, ValueError):
+        warn_damaged_cache(path, "the resized-image cache file")   # a wrong shape: not what this key wrote
+    except FileNotFoundError:
         pass
+    except Exception:  # noqa: BLE001 - truncated or garbled (ValueError, EOFError, OSError...): rebuild it
+        warn_damaged_cache(path, "the resized-image cache file")
     resized = course_resize(images, size)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

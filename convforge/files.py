@@ -1,5 +1,9 @@
 """Writing files so that a reader never sees half of one: a temporary file beside the target, renamed over it.
-Used for caches, traces, charts, tuning tables and checkpoints alike."""
+Used for caches, traces, charts, tuning tables and checkpoints alike. ``check_writable`` and
+``check_writable_folder`` refuse a destination that cannot be written before a command's work starts.
+
+Overwriting: an existing regular file at the destination is replaced (atomically, so a reader sees the old
+file or the new one); anything else there (a folder, a device, a pipe) is refused."""
 
 from __future__ import annotations
 
@@ -7,7 +11,9 @@ import contextlib
 import os
 import tempfile
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
+
+from convforge.errors import UserError
 
 
 def _file_mode() -> int:
@@ -60,3 +66,71 @@ def atomic_path(path: Path, suffix: str = ".tmp"):
         os.replace(tmp, path)
     finally:
         Path(tmp).unlink(missing_ok=True)
+
+
+_WARNED: set = set()
+
+
+def warn_damaged_cache(path: Path, what: str) -> None:
+    """One line on stderr, once per file and process: a damaged cache entry is rebuilt, not an error."""
+    if str(path) not in _WARNED:
+        _WARNED.add(str(path))
+        import sys
+        print(f"convforge: warning: {what} {path} is damaged (rebuilding it)", file=sys.stderr)
+
+
+def _probe(folder: Path) -> Optional[str]:
+    """None when a file can be created in ``folder`` (tried for real: permissions, a read-only mount, a
+    pseudo file system such as /proc, root's bypassed permission bits), else why not."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".convforge-", suffix=".probe")
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    os.close(fd)
+    Path(tmp).unlink(missing_ok=True)
+    return None
+
+
+def _existing_ancestor(path: Path) -> Path:
+    path = Path(os.path.abspath(path))
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def check_writable(path, option: str, create_folders: bool = False) -> Path:
+    """``path`` as a Path when the file given to ``option`` (e.g. "--out") can be written, else a UserError
+    of one line naming the option and what to do. ``create_folders``: missing folders on the way are fine
+    (the command creates them) if the nearest existing one is writable."""
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{option} {path} is a folder; give a file name such as {path / 'out.json'}")
+    if path.exists() and not path.is_file():
+        raise UserError(f"{option} {path} exists and is not a regular file; give a file name")
+    folder = path.parent if path.parent != Path("") else Path(".")
+    if not folder.is_dir():
+        if not create_folders:
+            if folder.exists():
+                raise UserError(f"{option} {path}: {folder} is not a folder")
+            raise UserError(f"the folder of {option} {path} does not exist; create {folder} first")
+        folder = _existing_ancestor(folder)
+        if not folder.is_dir():
+            raise UserError(f"{option} {path}: {folder} is not a folder")
+    why = _probe(folder)
+    if why:
+        raise UserError(f"cannot write {option} {path} ({folder}: {why}); choose another place")
+    return path
+
+
+def check_writable_folder(path, option: str) -> Path:
+    """``path`` as a Path when ``option`` names a folder that exists and is writable, or can be created."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{option} {path} is a file, not a folder; give a folder")
+    folder = path if path.is_dir() else _existing_ancestor(path)
+    if not folder.is_dir():
+        raise UserError(f"{option} {path}: {folder} is not a folder")
+    why = _probe(folder)
+    if why:
+        raise UserError(f"cannot write into {option} {path} ({folder}: {why}); choose another place")
+    return path

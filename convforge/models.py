@@ -307,6 +307,10 @@ def load_preset(name: str, weights: Optional[str | Path] = None) -> Network:
             raise UserError(f"the shipped weights {path} do not match their checksum in {path.with_name('SHA256SUMS')}"
                             " (changed or damaged); reinstall convforge, or pass your own file with --weights")
     tensors, metadata = read_safetensors(path)
+    damaged = [key for key, value in tensors.items() if not bool(torch.isfinite(value).all())]
+    if damaged:   # NaN or Inf weights would classify every image as garbage, silently
+        raise UserError(f"weights file {path} holds NaN or infinite values (in {', '.join(sorted(damaged))}); "
+                        "use weights from a training run that converged")
     if metadata.get("architecture", preset.architecture.name) != preset.architecture.name:
         raise UserError(f"weights file {path} is for architecture '{metadata['architecture']}', not "
                         f"'{preset.architecture.name}' ({name}); pass a weights file made for {name}")

@@ -59,7 +59,7 @@ import torch
 import torch.nn.functional as F
 
 from convforge.errors import UserError
-from convforge.files import write_atomically
+from convforge.files import warn_damaged_cache, write_atomically
 from convforge.models import ACTIVATIONS
 
 CACHE_FILE = "auto_choices.json"
@@ -325,13 +325,24 @@ def cache_path() -> Path:
 
 
 def _read_cache(path: Path) -> dict:
+    """The valid choices in the shared file; a missing or older-version file is empty, a damaged one (truncated,
+    garbage, wrong structure) too, with one warning: the next write replaces it with a whole file."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except FileNotFoundError:
         return {}
-    if not isinstance(data, dict) or data.get("version") != CACHE_VERSION:
+    except (OSError, ValueError):   # ValueError: not JSON, or not UTF-8
+        warn_damaged_cache(path, "the auto choice cache")
         return {}
-    return data.get("choices", {}) if isinstance(data.get("choices"), dict) else {}
+    if isinstance(data, dict) and "version" in data and data["version"] != CACHE_VERSION:
+        return {}   # written by another version: re-measured and replaced, no warning
+    if not isinstance(data, dict) or not isinstance(data.get("choices"), dict):
+        warn_damaged_cache(path, "the auto choice cache")
+        return {}
+    choices = {k: v for k, v in data["choices"].items() if isinstance(v, dict) and isinstance(v.get("impl"), str)}
+    if len(choices) != len(data["choices"]):
+        warn_damaged_cache(path, "the auto choice cache")
+    return choices
 
 
 def _write_cache(path: Path, key: str, record: dict) -> None:

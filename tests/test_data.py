@@ -139,3 +139,65 @@ def test_resized_sets_are_cached(data_dir, tmp_path, monkeypatch):
     again = data.load("test", 33, 50, data_dir)
     assert np.array_equal(first.images, again.images)
     assert np.array_equal(np.load(files[0])[:50], first.images)
+
+
+# -- the resized-image cache: concurrent fillers, damaged entries ------------------------------------------
+
+_FILL = """
+import sys
+import numpy as np
+from convforge import data
+images = np.random.default_rng(0).integers(0, 256, size=(300, 28, 28), dtype=np.uint8)
+for _ in range(int(sys.argv[1])):
+    out = data._cached_resize(images, 40, "race")
+    assert out.shape == (300, 40, 40)
+np.save(sys.argv[2], out)
+"""
+
+
+def test_resized_cache_survives_two_processes_filling_it_at_once(tmp_path):
+    """Two processes compute and write the same entry repeatedly (each read may find the other's file,
+    whole or absent, never half): both get the right images and the file left is whole."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "CONVFORGE_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(repo)}
+    runs = [subprocess.Popen([sys.executable, "-c", _FILL, "6", str(tmp_path / f"out{i}.npy")], env=env, cwd=repo,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(2)]
+    for run in runs:
+        out, _ = run.communicate(timeout=300)
+        assert run.returncode == 0, out
+        assert "warning" not in out, out   # no reader ever saw a damaged file
+    images = np.random.default_rng(0).integers(0, 256, size=(300, 28, 28), dtype=np.uint8)
+    want = data.course_resize(images, 40)
+    for i in range(2):
+        assert np.array_equal(np.load(tmp_path / f"out{i}.npy"), want)
+    files = sorted(p.name for p in (tmp_path / "cache" / "resized").iterdir())
+    assert files == ["race-40.npy"], files   # no temporary file left
+    assert np.array_equal(np.load(tmp_path / "cache" / "resized" / "race-40.npy"), want)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "empty", "wrong shape", "pickle"])
+def test_damaged_resized_cache_entry_is_rebuilt_with_one_warning(tmp_path, monkeypatch, capsys, damage):
+    monkeypatch.setenv("CONVFORGE_CACHE", str(tmp_path))
+    from convforge import files
+    monkeypatch.setattr(files, "_WARNED", set())
+    images = np.random.default_rng(1).integers(0, 256, size=(20, 28, 28), dtype=np.uint8)
+    want = data._cached_resize(images, 33, "k")
+    path = tmp_path / "resized" / "k-33.npy"
+    raw = path.read_bytes()
+    path.write_bytes({"truncated": raw[:len(raw) // 2], "garbage": b"\x93NUMPY garbage" * 7, "empty": b"",
+                      "wrong shape": b"", "pickle": b""}[damage])
+    if damage == "wrong shape":
+        np.save(path, np.zeros((3, 33, 33), np.uint8))
+    if damage == "pickle":
+        np.save(path, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    capsys.readouterr()
+    for _ in range(2):
+        assert np.array_equal(data._cached_resize(images, 33, "k"), want)
+    err = capsys.readouterr().err
+    assert err.count("convforge: warning:") == 1, err
+    assert len(err.strip().splitlines()) == 1 and "resized-image cache" in err, err
+    assert np.array_equal(np.load(path), want)   # rebuilt whole

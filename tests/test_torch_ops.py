@@ -448,3 +448,26 @@ def test_gpu_fullgraph_inductor_compile(gpu_candidates):
         expected = model(x)
         compiled = torch.compile(optimize(model), fullgraph=True)
         assert _rel(compiled(x), expected) < 1e-4
+
+
+@pytest.mark.parametrize("content", [b"{\"version\": ", b"\x00\xff garbage", b"[1, 2, 3]",
+                                     b"{\"version\": %d, \"choices\": {\"k\": \"torch\"}}",
+                                     b"{\"version\": %d, \"choices\": 7}"])
+def test_damaged_choice_cache_is_rebuilt_with_one_warning(capsys, monkeypatch, content):
+    """A truncated or garbage auto_choices.json, or one of the wrong structure: auto measures again, warns
+    once (one line), and the next write replaces the file with a whole one."""
+    from convforge import files
+    monkeypatch.setattr(files, "_WARNED", set())
+    path = torch_ops.cache_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content.replace(b"%d", str(torch_ops.CACHE_VERSION).encode()))
+    x, w = torch.randn(2, 3, 12, 12), torch.randn(4, 3, 3, 3)
+    for _ in range(2):
+        torch_ops.reset()
+        assert torch.allclose(torch.ops.convforge.conv2d(x, w, None, [1, 1], [0, 0], "auto"), F.conv2d(x, w),
+                              rtol=1e-4, atol=1e-4)
+    err = capsys.readouterr().err
+    assert err.count("convforge: warning:") == 1 and "auto choice cache" in err, err
+    data = json.loads(path.read_text())
+    assert data["version"] == torch_ops.CACHE_VERSION and len(data["choices"]) == 1
+    assert all(isinstance(v, dict) for v in data["choices"].values())

@@ -245,11 +245,13 @@ def vector_activation(builder, value, act: int):
     def splat(number):
         return ir.Constant(vec, [ir.Constant(ir.FloatType(), float(number))] * count)
 
+    # Unordered compares: a NaN ``a`` is kept (relu(NaN) and tanh(NaN) are NaN in torch; an ordered compare
+    # would turn it into the bound: found by tests/test_fuzz.py).
     def maximum(a, b):
-        return builder.select(builder.fcmp_ordered(">", a, b), a, b)
+        return builder.select(builder.fcmp_unordered(">", a, b), a, b)
 
     def minimum(a, b):
-        return builder.select(builder.fcmp_ordered("<", a, b), a, b)
+        return builder.select(builder.fcmp_unordered("<", a, b), a, b)
 
     if act == 2:
         return maximum(value, splat(0.0))
@@ -302,7 +304,13 @@ def pool_kernel(pool: int, block: int, act: int):
                         row = builder.add(s0v, builder.mul(wrowv, ir.Constant(i64, i)))
                         for j in range(P):
                             v = load(builder.add(row, ir.Constant(i64, (j * MB + mm) * LANES)))
-                            best = v if best is None else builder.select(builder.fcmp_unordered(">", v, best), v, best)
+                            # v if v > best or v is NaN, else best (which stays NaN once it is): a NaN in a
+                            # window pools to NaN, as in torch (found by tests/test_fuzz.py)
+                            if best is None:
+                                best = v
+                            else:
+                                take = builder.or_(builder.fcmp_ordered(">", v, best), builder.fcmp_unordered("uno", v, v))
+                                best = builder.select(take, v, best)
                     best = vector_activation(builder, best, act)
                     ptr = builder.gep(od, [builder.add(d0v, ir.Constant(i64, mm * LANES))], inbounds=True)
                     builder.store(best, builder.bitcast(ptr, vec.as_pointer()), align=4)

@@ -50,7 +50,7 @@ from convforge.console import print_table
 from convforge.conv import ConvImpl
 from convforge.engine import resolve_device
 from convforge.errors import UserError
-from convforge.harness import DEFAULT_BUDGET_S, DEFAULT_WARMUP, THP_ENV
+from convforge.harness import DEFAULT_BUDGET_S, DEFAULT_WARMUP, THP_ENV, write_atomically
 from convforge.harness.check import describe_exception, progress_bar, random_case
 from convforge.harness.gpu_clocks import FIELDS as GPU_CLOCK_FIELDS
 from convforge.harness.probes import Ceilings, environment, measure_ceilings, torch_thp_alloc, use_hugepages
@@ -250,13 +250,17 @@ def print_rows_table(rows: Sequence[dict], ceilings: Ceilings, device: str) -> N
 def _runnable(names: Optional[Sequence[str]], device: str) -> list[ConvImpl]:
     """The named implementations, or all made for ``device`` but the slow reference; those that can run here."""
     candidates = [impl for impl in select_impls(names, device) if names or impl.name != "reference"]
-    runnable = []
+    runnable, reasons = [], []
     for impl in candidates:
         reason = impl.unavailable_reason(device)
         if reason:
-            print(f"bench: skipping {impl.name}: {reason}", file=sys.stderr)
+            reasons.append(f"{impl.name}: {reason}")
         else:
             runnable.append(impl)
+    if names and not runnable:   # nothing the user asked for can run: an error, not a bench of the baseline alone
+        raise UserError(f"--impl: none can run on {device} here ({'; '.join(reasons)})")
+    for reason in reasons:
+        print(f"bench: skipping {reason}", file=sys.stderr)
     return runnable
 
 
@@ -289,8 +293,8 @@ def main(args) -> int:
         print_rows_table(rows, ceilings, device)
     if args.out:
         path = Path(args.out)
-        path.write_text(rows_as_csv(rows) if path.suffix.lower() == ".csv" else rows_as_json(rows) + "\n",
-                        encoding="utf-8")
+        text = rows_as_csv(rows) if path.suffix.lower() == ".csv" else rows_as_json(rows) + "\n"
+        write_atomically(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
     if args.report:
         from convforge.harness.report import write_report
         write_report(rows, Path(args.report))
