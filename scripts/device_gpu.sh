@@ -2,7 +2,9 @@
 # One device call that checks and measures every GPU implementation (see benchmarks/RESULTS.md):
 # verify, correctness on every preset, memcheck/racecheck, the B=10000 bench with cuDNN, a profile.
 # Usage on the device machine: bash scripts/device_gpu.sh [stage ...]
-#   stages: ceilings verify correct sanitize streams bench profile sass sweep
+#   stages: ceilings verify correct sanitize streams bench profile sass sweep fuzz
+#   FUZZ_EXAMPLES (default 1000), FUZZ_JOBS (parallel pytest processes, default 8), FUZZ_DEADLINE (s, default 540):
+#   'fuzz' runs tests/test_fuzz.py per GPU target and property in parallel (needs hypothesis: carry .whl)
 #   SWEEP_IMPLS / SWEEP_ARGS: what 'sweep' times (default: the tuned CUDA and Triton kernels, no variants)
 #   env: VERIFY_IMPLS / BENCH_IMPLS / SANITIZE_IMPLS (default: every implementation of the stage), VERIFY_CASES,
 #   SANITIZE_TOOLS (default: memcheck racecheck initcheck synccheck), SANITIZE_CASES, SANITIZE_TIMEOUT (s per tool)
@@ -54,6 +56,23 @@ fi
 if has sweep; then   # check + time per preset layer against the measured roofline floor (convforge sweep)
   python3 -m convforge sweep --device cuda --impl ${SWEEP_IMPLS:-cuda-direct cuda-fused-gemm cuda-fused-layer cuda-auto triton-direct triton-fused-layer} \
     ${SWEEP_ARGS:-} --json "$OUT/sweep.json" 2>&1 | tee "$OUT/sweep.txt" | tail -45
+fi
+if has fuzz; then   # tests/test_fuzz.py on the GPU: one pytest process per (property, target), FUZZ_JOBS at a time
+  ls .whl/*.whl >/dev/null 2>&1 && pip install -q --no-index --no-deps .whl/*.whl 2>&1 | tail -2
+  deadline=$(($(date +%s) + ${FUZZ_DEADLINE:-540}))
+  export CONVFORGE_FUZZ_EXAMPLES=${FUZZ_EXAMPLES:-1000} CONVFORGE_FUZZ_COUNTS=$OUT/fuzz_counts.txt
+  rm -rf /tmp/fuzz; mkdir -p /tmp/fuzz; : > "$CONVFORGE_FUZZ_COUNTS"
+  # slowest first (torch-compile compiles with Inductor per shape), so that the deadline cuts the fewest
+  python3 -m pytest tests/test_fuzz.py --collect-only -q 2>/dev/null | grep -E '@cuda\]$' \
+    | awk '/torch-compile/ {print 0, $0; next} {print 1, $0}' | sort -s -k1,1 | cut -d' ' -f2 \
+    | DEADLINE=$deadline xargs -P ${FUZZ_JOBS:-8} -I{} bash -c 'n=$(echo "{}" | tr -c "A-Za-z0-9@.-" _); \
+        left=$((DEADLINE - $(date +%s))); timeout $((left > 5 ? left : 5)) python3 -m pytest -p no:cacheprovider -v --tb=short "{}" \
+        > /tmp/fuzz/$n.txt 2>&1; echo "exit $? {}" >> /tmp/fuzz/exits.txt'
+  sort /tmp/fuzz/exits.txt > "$OUT/fuzz_exits.txt"
+  for f in /tmp/fuzz/test_*.txt; do echo "=== $f"; grep -vE '^(platform|cachedir|rootdir|configfile|plugins|collecting) ' "$f"; done \
+    | xz > "$OUT/fuzz_logs.txt.xz"
+  echo "fuzz: $(grep -c '^exit 0 ' "$OUT/fuzz_exits.txt") of $(wc -l < "$OUT/fuzz_exits.txt") jobs exit 0"; grep -v '^exit 0 ' "$OUT/fuzz_exits.txt"
+  sort -k2 "$CONVFORGE_FUZZ_COUNTS"
 fi
 if has profile; then
   python3 -m convforge profile --device cuda --images 10000 --impl ${PROFILE_IMPL:-cuda-fused-gemm} --trace "$OUT/trace.json" 2>&1 | tail -30

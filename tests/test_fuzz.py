@@ -188,6 +188,9 @@ GPU_SHAPES = [(1, 1, 1, 1, 1), (1, 1, 3, 3, 3), (1, 50, 5, 28, 28), (1, 6, 5, 13
               (1, 12, 7, 15, 8), (1, 24, 2, 5, 31), (2, 3, 3, 6, 7), (2, 16, 1, 4, 9), (3, 5, 4, 11, 10),
               (3, 7, 6, 6, 6), (4, 16, 7, 12, 14), (5, 9, 5, 9, 13), (6, 16, 5, 11, 11), (7, 1, 2, 19, 3),
               (8, 24, 3, 10, 7), (8, 11, 5, 5, 21), (12, 24, 5, 9, 9), (12, 24, 7, 13, 12), (2, 20, 4, 8, 5)]
+# The fusing kernels also compile per (activation, pool): on a GPU these come from a pool of six as well
+# (every activation, pools 1-4); a pool larger than the shape allows falls back to 1.
+GPU_FUSIONS = [(None, 1), ("tanh", 2), ("relu", 1), ("sigmoid", 3), ("relu", 4), ("tanh", 1)]
 
 
 @st.composite
@@ -210,12 +213,16 @@ def cases(draw, target: Target, values=VALUES):
     regime = draw(st.sampled_from(allowed))
     fusion = None
     if target.impl.fuses and draw(st.booleans()):
-        pool = draw(st.integers(1, max(1, min(4, h - k + 1, w - k + 1))))
+        largest = max(1, min(4, h - k + 1, w - k + 1))
         # The fused kernels' tanh is 1 - 2 / (1 + e^2v), accurate to ~1e-7 absolute (the course's values are
         # of order 1), not relative: it is not compared on the tiny-output regimes (found by Hypothesis,
         # kept as TINY_TANH below; by design, see docs/reliability.md).
         names = [a for a in ACTIVATION_NAMES if not (a == "tanh" and regime in TINY_OUTPUTS)]
-        fusion = (draw(st.sampled_from(names)), pool)
+        if target.where == "cuda":
+            activation, pool = draw(st.sampled_from([f for f in GPU_FUSIONS if f[0] in names]))
+            fusion = (activation, pool if pool <= largest else 1)
+        else:
+            fusion = (draw(st.sampled_from(names)), draw(st.integers(1, largest)))
     return Case(batch, maps, channels, h, w, k, draw(st.booleans()), fusion, draw(st.sampled_from(VIEWS)),
                 regime, draw(st.integers(0, 2**31 - 1)))
 
