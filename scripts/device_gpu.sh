@@ -57,22 +57,32 @@ if has sweep; then   # check + time per preset layer against the measured roofli
   python3 -m convforge sweep --device cuda --impl ${SWEEP_IMPLS:-cuda-direct cuda-fused-gemm cuda-fused-layer cuda-auto triton-direct triton-fused-layer} \
     ${SWEEP_ARGS:-} --json "$OUT/sweep.json" 2>&1 | tee "$OUT/sweep.txt" | tail -45
 fi
-if has fuzz; then   # tests/test_fuzz.py on the GPU: one pytest process per (property, target), FUZZ_JOBS at a time
-  ls .whl/*.whl >/dev/null 2>&1 && pip install -q --no-index --no-deps .whl/*.whl 2>&1 | tail -2
-  deadline=$(($(date +%s) + ${FUZZ_DEADLINE:-540}))
-  export CONVFORGE_FUZZ_EXAMPLES=${FUZZ_EXAMPLES:-1000} CONVFORGE_FUZZ_COUNTS=$OUT/fuzz_counts.txt
+if has fuzz; then   # tests/test_fuzz.py on the GPU: one pytest process per (property, target, shard), FUZZ_JOBS at a time
+  # FUZZ_SELECT: node-id substrings to run (default: every @cuda test); FUZZ_SHARDS: processes per property and
+  # target, each with its own Hypothesis seed and FUZZ_EXAMPLES / FUZZ_SHARDS examples (kernels that compile per
+  # weight set need them). At the deadline a test gets SIGINT and records how many examples passed.
+  ls .whl/*.whl >/dev/null 2>&1 && pip install -q --no-index --no-deps .whl/*.whl 2>&1 | grep -v WARNING | tail -2
+  deadline=$(($(date +%s) + ${FUZZ_DEADLINE:-540})); shards=${FUZZ_SHARDS:-1}
+  export CONVFORGE_FUZZ_EXAMPLES=$(( (${FUZZ_EXAMPLES:-1000} + shards - 1) / shards )) CONVFORGE_FUZZ_COUNTS=$OUT/fuzz_counts.txt
+  export CONVFORGE_TRITON_AUTOTUNE=0
   rm -rf /tmp/fuzz; mkdir -p /tmp/fuzz; : > "$CONVFORGE_FUZZ_COUNTS"
-  # slowest first (torch-compile compiles with Inductor per shape), so that the deadline cuts the fewest
-  python3 -m pytest tests/test_fuzz.py --collect-only -q 2>/dev/null | grep -E '@cuda\]$' \
-    | awk '/torch-compile/ {print 0, $0; next} {print 1, $0}' | sort -s -k1,1 | cut -d' ' -f2 \
-    | DEADLINE=$deadline xargs -P ${FUZZ_JOBS:-8} -I{} bash -c 'n=$(echo "{}" | tr -c "A-Za-z0-9@.-" _); \
-        left=$((DEADLINE - $(date +%s))); timeout $((left > 5 ? left : 5)) python3 -m pytest -p no:cacheprovider -v --tb=short "{}" \
-        > /tmp/fuzz/$n.txt 2>&1; echo "exit $? {}" >> /tmp/fuzz/exits.txt'
-  sort /tmp/fuzz/exits.txt > "$OUT/fuzz_exits.txt"
-  for f in /tmp/fuzz/test_*.txt; do echo "=== $f"; grep -vE '^(platform|cachedir|rootdir|configfile|plugins|collecting) ' "$f"; done \
+  python3 -m pytest tests/test_fuzz.py --collect-only -q 2>/dev/null | grep -E '@cuda\]$' > /tmp/fuzz/all.txt
+  if [ -n "${FUZZ_SELECT:-}" ]; then for s in $FUZZ_SELECT; do grep -F -- "$s" /tmp/fuzz/all.txt; done | sort -u > /tmp/fuzz/ids.txt
+  else cp /tmp/fuzz/all.txt /tmp/fuzz/ids.txt; fi
+  # the quick refusal and tiny-tanh tests first, then the properties, sharded
+  { grep -v test_fuzz_ /tmp/fuzz/ids.txt | sed 's/^/0 /'
+    grep test_fuzz_ /tmp/fuzz/ids.txt | while read -r id; do for k in $(seq 1 $shards); do echo "$k $id"; done; done; } \
+    | DEADLINE=$deadline xargs -P ${FUZZ_JOBS:-8} -L1 bash -c 'shard=$0; id=$1; n=$(echo "$id" | tr -c "A-Za-z0-9@.-" _)$shard; \
+        left=$((DEADLINE - $(date +%s))); seed=""; [ "$shard" != 0 ] && seed="--hypothesis-seed=$shard"; \
+        timeout -s INT -k 20 $((left > 5 ? left : 5)) python3 -m pytest -p no:cacheprovider -v --tb=short $seed "$id" \
+        > /tmp/fuzz/log_$n.txt 2>&1; echo "exit $? shard $shard $id" >> /tmp/fuzz/exits.txt'
+  sort -k4 /tmp/fuzz/exits.txt > "$OUT/fuzz_exits.txt"
+  for f in /tmp/fuzz/log_*.txt; do echo "=== $f"; grep -vE '^(platform|cachedir|rootdir|configfile|plugins|collecting) ' "$f"; done \
     | xz > "$OUT/fuzz_logs.txt.xz"
   echo "fuzz: $(grep -c '^exit 0 ' "$OUT/fuzz_exits.txt") of $(wc -l < "$OUT/fuzz_exits.txt") jobs exit 0"; grep -v '^exit 0 ' "$OUT/fuzz_exits.txt"
-  sort -k2 "$CONVFORGE_FUZZ_COUNTS"
+  awk '{n[$1" "$2]+=$3; if ($4 != "done") cut[$1" "$2]=1} END {for (k in n) print k, n[k], (k in cut ? "(cut at the deadline)" : "")}' \
+    "$CONVFORGE_FUZZ_COUNTS" | sort -k2
+  for f in /tmp/fuzz/log_*.txt; do grep -l -E '^(FAILED|ERROR) ' "$f" >/dev/null && { echo "=== $f"; grep -E -A3 '^E  |Falsifying|^(FAILED|ERROR) ' "$f" | head -40; }; done
 fi
 if has profile; then
   python3 -m convforge profile --device cuda --images 10000 --impl ${PROFILE_IMPL:-cuda-fused-gemm} --trace "$OUT/trace.json" 2>&1 | tail -30

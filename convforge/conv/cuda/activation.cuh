@@ -6,11 +6,19 @@
 #define CF_ACT 0
 #endif
 
-// max that keeps NaN, as torch's max pool and relu do (fmaxf returns the other operand): if a is NaN the
-// first test holds; if b is NaN neither holds and b is taken. Found by tests/test_fuzz.py on an H200.
+// max that keeps NaN, as torch's max pool and relu do (fmaxf returns the other operand). Found by
+// tests/test_fuzz.py on an H200. sm_80+ has it as one instruction (PTX max.NaN); the compare-and-select
+// form cost the fused pools 5-10 % on the H200 (2026-11-25 bench). Elsewhere (host emulation): if a is NaN
+// the first test holds; if b is NaN neither holds and b is taken.
 __device__ __forceinline__ float max_nan(float a, float b)
 {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float d;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+#else
     return (a > b || a != a) ? a : b;
+#endif
 }
 
 __device__ __forceinline__ float activate(float v)
