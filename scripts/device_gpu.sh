@@ -64,7 +64,7 @@ if has fuzz; then   # tests/test_fuzz.py on the GPU: one pytest process per (pro
   ls .whl/*.whl >/dev/null 2>&1 && pip install -q --no-index --no-deps .whl/*.whl 2>&1 | grep -v WARNING | tail -2
   deadline=$(($(date +%s) + ${FUZZ_DEADLINE:-540})); shards=${FUZZ_SHARDS:-1}
   export CONVFORGE_FUZZ_EXAMPLES=$(( (${FUZZ_EXAMPLES:-1000} + shards - 1) / shards )) CONVFORGE_FUZZ_COUNTS=$OUT/fuzz_counts.txt
-  export CONVFORGE_TRITON_AUTOTUNE=0
+  export CONVFORGE_TRITON_AUTOTUNE=${CONVFORGE_TRITON_AUTOTUNE:-1}   # 1: what a user gets (triton-gemm* tune per shape)
   rm -rf /tmp/fuzz; mkdir -p /tmp/fuzz; : > "$CONVFORGE_FUZZ_COUNTS"
   python3 -m pytest tests/test_fuzz.py --collect-only -q 2>/dev/null | grep -E '@cuda\]$' > /tmp/fuzz/all.txt
   if [ -n "${FUZZ_SELECT:-}" ]; then for s in $FUZZ_SELECT; do grep -F -- "$s" /tmp/fuzz/all.txt; done | sort -u > /tmp/fuzz/ids.txt
