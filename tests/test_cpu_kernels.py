@@ -143,14 +143,26 @@ def test_jit_falls_back_when_numba_cannot_cache():
     assert jit(namespace["add_one"])(41) == 42
 
 
-def test_choose_block():
-    from convforge.conv.cpu_parallel import choose_block
-    assert choose_block(50, 5) == 5 and choose_block(24, 7) == 8 and choose_block(16, 7) == 8
-    assert choose_block(6, 5) == 6 and choose_block(12, 7) == 6 and choose_block(1, 7) == 1
+@pytest.mark.parametrize("vector", [16, 8], ids=["avx512", "avx2"])
+def test_choose_block(monkeypatch, vector):
+    """Per ISA: the fewest padded maps, then the most FMAs per load; accumulators, input vectors and a
+    broadcast always within the registers."""
+    from convforge.conv import cpu_parallel
+    accumulators, max_block, registers = cpu_parallel.TILES[vector]
+    for name, value in zip(("TILE_ACCUMULATORS", "MAX_BLOCK", "REGISTERS"), cpu_parallel.TILES[vector]):
+        monkeypatch.setattr(cpu_parallel, name, value)
+    chosen = {m: (cpu_parallel.choose_block(m, 5), cpu_parallel.choose_width(cpu_parallel.choose_block(m, 5)))
+              for m in (4, 6, 12, 16, 24, 50)}
+    if vector == 16:
+        assert chosen == {4: (4, 4), 6: (3, 5), 12: (4, 4), 16: (4, 4), 24: (4, 4), 50: (5, 3)}
+    else:
+        assert chosen == {4: (4, 3), 6: (6, 2), 12: (4, 3), 16: (4, 3), 24: (4, 3), 50: (5, 2)}
     for maps in range(1, 60):
         for kernel in (1, 3, 5, 7, 11):
-            block = choose_block(maps, kernel)
-            assert 1 <= block <= min(maps, 8)
+            block = cpu_parallel.choose_block(maps, kernel)
+            width = cpu_parallel.choose_width(block)
+            assert 1 <= block <= min(maps, max_block)
+            assert block * width <= accumulators and block * width + width + 1 <= registers
 
 
 @pytest.mark.parametrize("case", [(37, 6, 2, 12, 20, 5), (33, 4, 2, 12, 9, 5), (17, 3, 1, 11, 7, 3)],
