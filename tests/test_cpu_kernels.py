@@ -165,6 +165,37 @@ def test_choose_block(monkeypatch, vector):
             assert block * width <= accumulators and block * width + width + 1 <= registers
 
 
+@pytest.mark.parametrize("case", [pytest.param((37, m, c, h, w, k), id=f"layer-M{m}-C{c}-{h}x{w}-K{k}")
+                                  for m, c, h, w, k in PRESET_LAYERS]
+                         + [pytest.param(case, id="odd-B{}-M{}-C{}-{}x{}-K{}".format(*case)) for case in ODD])
+def test_parallel_tiles_of_each_isa(cpu_tiles, case):
+    """The AVX-512 tiles (16 lanes, up to 4 x 4) and the AVX2 ones (8 lanes, two calls per position, up to
+    4 x 3) on every preset layer (37 images: two full 16-image groups and a partial one) and the odd shapes."""
+    from convforge.conv import cpu_parallel
+    batch, maps, _, _, _, kernel = case
+    block = cpu_parallel.choose_block(maps, kernel)
+    assert cpu_parallel.VECTOR == cpu_tiles and block * cpu_parallel.choose_width(block) <= cpu_parallel.TILE_ACCUMULATORS
+    _check("cpu-parallel", case, bias=True, seed=zlib.crc32(repr((case, cpu_tiles)).encode()))
+
+
+@pytest.mark.parametrize("config", [(4, 3, 8), (6, 2, 8), (12, 1, 8), (4, 4, 16), (8, 2, 16), (6, 1, 16), (3, 5, 16)],
+                         ids=lambda c: "MB{}-TW{}-v{}".format(*c))
+def test_parallel_explicit_tile_configs(config):
+    """Every tile the A/B measured (config=(MB, TW, lanes)), on fa18's second layer at 33 images, and
+    with fusion on a 12-map first layer: exact whatever the tile."""
+    import torch.nn.functional as F
+    x, w, b = random_case((33, 12, 15, 13), (24, 12, 7, 7), seed=sum(config), bias=True)
+    ref = conv2d_float64(x.numpy(), w.numpy(), b.numpy())
+    out = poisoned(ref.shape)
+    conv.get("cpu-parallel").prepare(w, b, config=config)(x, out)
+    assert relative_error(out, ref) <= TOLERANCE, describe_mismatch(out, ref)
+    x, w, b = random_case((21, 1, 30, 31), (12, 1, 5, 5), seed=sum(config) + 1, bias=True)
+    ref = F.max_pool2d(torch.tanh(torch.from_numpy(conv2d_float64(x.numpy(), w.numpy(), b.numpy()))), 2, 2).numpy()
+    out = poisoned(ref.shape)
+    conv.get("cpu-parallel").prepare_fused(w, b, "tanh", 2, config=config)(x, out)
+    assert relative_error(out, ref) <= TOLERANCE, describe_mismatch(out, ref)
+
+
 @pytest.mark.parametrize("case", [(37, 6, 2, 12, 20, 5), (33, 4, 2, 12, 9, 5), (17, 3, 1, 11, 7, 3)],
                          ids=["one-row-bands", "bands-of-4-rows", "short-last-band"])
 def test_parallel_accumulator_bands(monkeypatch, case):
@@ -191,7 +222,7 @@ FUSED = [  # (B, M, C, H, W, K, activation, pool)
 
 
 @pytest.mark.parametrize("case", FUSED, ids=lambda c: "B{}-M{}-C{}-{}x{}-K{}-{}-pool{}".format(*c))
-def test_parallel_fused_matches_float64(case):
+def test_parallel_fused_matches_float64(cpu_tiles, case):
     import torch.nn.functional as F
     from convforge.models import ACTIVATIONS
     batch, maps, channels, height, width, kernel, activation, pool = case
