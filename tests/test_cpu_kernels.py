@@ -252,16 +252,19 @@ def test_fused_tanh_and_sigmoid_over_the_float32_range():
         assert float((out - ref).abs().max()) < 1e-6, activation
 
 
+@pytest.mark.parametrize("tile", [None, (6, 1), (12, 2), (8, 2)], ids=["this-cpu", "avx2", "avx512", "8x2"])
 @pytest.mark.parametrize("shape", [(37, 50, 21, "tanh"), (13, 7, 5, None), (9, 33, 17, "sigmoid"),
-                                   (40, 300, 140, "relu"), (6, 16, 10, None)])
-def test_dense_layer_matches_float64(shape):
-    """cpu_dense's blocked GEMM (6-image tiles and the 1-image remainder, KC slices, padded panels)."""
+                                   (40, 300, 140, "relu"), (6, 16, 10, None), (61, 600, 500, "tanh"),
+                                   (25, 40, 48, None)])
+def test_dense_layer_matches_float64(shape, tile):
+    """cpu_dense's blocked GEMM: tiles of MR images x PR panels of each ISA (AVX2 6 x 1, AVX-512 12 x 2),
+    leftover panels (an odd count with PR = 2) and leftover images, KC slices (K = 300, 600), padded panels."""
     from convforge import cpu_dense
     from convforge.models import ACTIVATIONS
     rows, k, n, activation = shape
     g = torch.Generator().manual_seed(rows * 1000 + k)
     x, w, b = torch.randn(rows, k, generator=g), torch.randn(n, k, generator=g), torch.randn(n, generator=g)
-    layer = cpu_dense.DenseLayer(w, b, activation)
+    layer = cpu_dense.DenseLayer(w, b, activation, tile=tile)
     out = np.full((rows, cpu_dense.padded(n)), np.nan, np.float32)
     layer(x.numpy(), k, out)
     ref = torch.nn.functional.linear(x.double(), w.double(), b.double())
