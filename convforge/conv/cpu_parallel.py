@@ -3,11 +3,13 @@
 Technique: images are taken 16 at a time (one float32 lane of a 512-bit register each) and repacked so the 16
 images' copies of a pixel are adjacent: xp[c, row, col * 16 + lane]. Every output row is then a perfectly
 vectorisable sum with no edge cases (any W, any K, 100 % of the lanes in use). An output row is computed in
-register tiles of TW columns x MB maps (TW * MB = TILE_ACCUMULATORS = 16 zmm accumulators; MB at most 8,
-chosen to pad M as little as possible, TW = 16 // MB: MB = 8, TW = 2 on the 16- and 24-map layers): the
-accumulators start at the bias and stay in registers over the whole C x K x K reduction; for each (c, p, q)
-the MB weights are broadcast from L1 (packed per call as [block][c][p][q][map]) and each of the TW input
-vectors (aligned 16-lane loads) feeds MB fused multiply-adds. The last tile of a row ends at Wo, overlapping
+register tiles of TW columns x MB maps x VECTOR lanes (per ISA, TILES: AVX-512 up to 16 zmm accumulators of
+16 lanes; AVX2 up to 12 ymm accumulators of 8 lanes, the tile run once per half of the 16-image group; MB
+chosen to pad M as little as possible, then for the most FMAs per load: 4 x 4 on AVX-512 and 4 x 3 on AVX2
+on the 12-, 16- and 24-map layers): the accumulators start at the bias and stay in registers over the whole
+C x K x K reduction; for each (c, p, q) the TW input vectors are loaded, then the MB weights broadcast from L1
+(packed per call as [block][c][p][q][map]) one at a time, each feeding TW fused multiply-adds (accumulators +
+TW + 1 live registers: no spill within AVX2's 16). The last tile of a row ends at Wo, overlapping
 its neighbour (same values). The tile is an LLVM intrinsic (tile_kernel: Numba has no vector types and
 vectorises only innermost loops, so a Numba loop cannot keep accumulators in registers across the reduction),
 generated per (K, MB, TW). Before 2026-11-21 the weights of one (c, p), MB x K of them, sat in registers
@@ -32,8 +34,9 @@ once its tiles are done, pool_kernel (an LLVM intrinsic, as a Numba loop it stay
 takes the max of each window's 16-lane vectors for MB maps and applies the activation in registers (max
 pooling commutes with the non-decreasing activations, so the activation runs on the pooled values only: tanh as
 a clamped rational fit within 3.3e-7 of float64, relu, sigmoid from tanh), and only the pooled map is written
-back: fa17's layer writes 4x less and never reads its activations back. On an AVX2-only CPU (16 ymm registers,
-a 16-lane vector in two) the register tile holds 6 accumulators rather than 16 (TILE_ACCUMULATORS).
+back: fa17's layer writes 4x less and never reads its activations back. The ISA comes from
+cpu_loops.vector_lanes (CONVFORGE_CPU_VECTOR_LANES=8 or 16 forces either; both tile kinds run correctly on
+either CPU, which is how the tests check both).
 Course step: the CPU side of the optimisation milestones: loop reordering for SIMD, register tiling, compile-
 time kernel sizes and multi-threading, the CPU analogue of the GPU's per-thread output tiles.
 Bottleneck: the FMA units for the many-channel layers (with a preallocated output at B = 2000 the whole layer
