@@ -60,3 +60,16 @@ def _private_cache(tmp_path_factory, monkeypatch):
 
 def nvcc_path():
     return shutil.which("nvcc")
+
+
+@pytest.fixture(params=[16, 8], ids=["avx512-tiles", "avx2-tiles"])
+def cpu_tiles(request, monkeypatch):
+    """cpu-parallel (and the CPU engine over it) with the register tiles of one ISA, whatever this CPU has:
+    the 16-lane AVX-512 tiles compile to pairs of ymm on an AVX2 CPU, the 8-lane AVX2 tiles run as they are
+    on an AVX-512 one, so both are checked on either machine. Returns the vector lanes."""
+    from convforge.conv import cpu_parallel
+    vector = request.param
+    monkeypatch.setattr(cpu_parallel, "VECTOR", vector)
+    for name, value in zip(("TILE_ACCUMULATORS", "MAX_BLOCK", "REGISTERS"), cpu_parallel.TILES[vector]):
+        monkeypatch.setattr(cpu_parallel, name, value)
+    return vector

@@ -143,14 +143,57 @@ def test_jit_falls_back_when_numba_cannot_cache():
     assert jit(namespace["add_one"])(41) == 42
 
 
-def test_choose_block():
-    from convforge.conv.cpu_parallel import choose_block
-    assert choose_block(50, 5) == 5 and choose_block(24, 7) == 8 and choose_block(16, 7) == 8
-    assert choose_block(6, 5) == 6 and choose_block(12, 7) == 6 and choose_block(1, 7) == 1
+@pytest.mark.parametrize("vector", [16, 8], ids=["avx512", "avx2"])
+def test_choose_block(monkeypatch, vector):
+    """Per ISA: the fewest padded maps, then the most FMAs per load; accumulators, input vectors and a
+    broadcast always within the registers."""
+    from convforge.conv import cpu_parallel
+    accumulators, max_block, registers = cpu_parallel.TILES[vector]
+    for name, value in zip(("TILE_ACCUMULATORS", "MAX_BLOCK", "REGISTERS"), cpu_parallel.TILES[vector]):
+        monkeypatch.setattr(cpu_parallel, name, value)
+    chosen = {m: (cpu_parallel.choose_block(m, 5), cpu_parallel.choose_width(cpu_parallel.choose_block(m, 5)))
+              for m in (4, 6, 12, 16, 24, 50)}
+    if vector == 16:
+        assert chosen == {4: (4, 4), 6: (3, 5), 12: (4, 4), 16: (4, 4), 24: (4, 4), 50: (5, 3)}
+    else:
+        assert chosen == {4: (4, 3), 6: (6, 2), 12: (4, 3), 16: (4, 3), 24: (4, 3), 50: (5, 2)}
     for maps in range(1, 60):
         for kernel in (1, 3, 5, 7, 11):
-            block = choose_block(maps, kernel)
-            assert 1 <= block <= min(maps, 8)
+            block = cpu_parallel.choose_block(maps, kernel)
+            width = cpu_parallel.choose_width(block)
+            assert 1 <= block <= min(maps, max_block)
+            assert block * width <= accumulators and block * width + width + 1 <= registers
+
+
+@pytest.mark.parametrize("case", [pytest.param((37, m, c, h, w, k), id=f"layer-M{m}-C{c}-{h}x{w}-K{k}")
+                                  for m, c, h, w, k in PRESET_LAYERS]
+                         + [pytest.param(case, id="odd-B{}-M{}-C{}-{}x{}-K{}".format(*case)) for case in ODD])
+def test_parallel_tiles_of_each_isa(cpu_tiles, case):
+    """The AVX-512 tiles (16 lanes, up to 4 x 4) and the AVX2 ones (8 lanes, two calls per position, up to
+    4 x 3) on every preset layer (37 images: two full 16-image groups and a partial one) and the odd shapes."""
+    from convforge.conv import cpu_parallel
+    batch, maps, _, _, _, kernel = case
+    block = cpu_parallel.choose_block(maps, kernel)
+    assert cpu_parallel.VECTOR == cpu_tiles and block * cpu_parallel.choose_width(block) <= cpu_parallel.TILE_ACCUMULATORS
+    _check("cpu-parallel", case, bias=True, seed=zlib.crc32(repr((case, cpu_tiles)).encode()))
+
+
+@pytest.mark.parametrize("config", [(4, 3, 8), (6, 2, 8), (12, 1, 8), (4, 4, 16), (8, 2, 16), (6, 1, 16), (3, 5, 16)],
+                         ids=lambda c: "MB{}-TW{}-v{}".format(*c))
+def test_parallel_explicit_tile_configs(config):
+    """Every tile the A/B measured (config=(MB, TW, lanes)), on fa18's second layer at 33 images, and
+    with fusion on a 12-map first layer: exact whatever the tile."""
+    import torch.nn.functional as F
+    x, w, b = random_case((33, 12, 15, 13), (24, 12, 7, 7), seed=sum(config), bias=True)
+    ref = conv2d_float64(x.numpy(), w.numpy(), b.numpy())
+    out = poisoned(ref.shape)
+    conv.get("cpu-parallel").prepare(w, b, config=config)(x, out)
+    assert relative_error(out, ref) <= TOLERANCE, describe_mismatch(out, ref)
+    x, w, b = random_case((21, 1, 30, 31), (12, 1, 5, 5), seed=sum(config) + 1, bias=True)
+    ref = F.max_pool2d(torch.tanh(torch.from_numpy(conv2d_float64(x.numpy(), w.numpy(), b.numpy()))), 2, 2).numpy()
+    out = poisoned(ref.shape)
+    conv.get("cpu-parallel").prepare_fused(w, b, "tanh", 2, config=config)(x, out)
+    assert relative_error(out, ref) <= TOLERANCE, describe_mismatch(out, ref)
 
 
 @pytest.mark.parametrize("case", [(37, 6, 2, 12, 20, 5), (33, 4, 2, 12, 9, 5), (17, 3, 1, 11, 7, 3)],
@@ -179,7 +222,7 @@ FUSED = [  # (B, M, C, H, W, K, activation, pool)
 
 
 @pytest.mark.parametrize("case", FUSED, ids=lambda c: "B{}-M{}-C{}-{}x{}-K{}-{}-pool{}".format(*c))
-def test_parallel_fused_matches_float64(case):
+def test_parallel_fused_matches_float64(cpu_tiles, case):
     import torch.nn.functional as F
     from convforge.models import ACTIVATIONS
     batch, maps, channels, height, width, kernel, activation, pool = case
@@ -209,16 +252,19 @@ def test_fused_tanh_and_sigmoid_over_the_float32_range():
         assert float((out - ref).abs().max()) < 1e-6, activation
 
 
+@pytest.mark.parametrize("tile", [None, (6, 1), (12, 2), (8, 2)], ids=["this-cpu", "avx2", "avx512", "8x2"])
 @pytest.mark.parametrize("shape", [(37, 50, 21, "tanh"), (13, 7, 5, None), (9, 33, 17, "sigmoid"),
-                                   (40, 300, 140, "relu"), (6, 16, 10, None)])
-def test_dense_layer_matches_float64(shape):
-    """cpu_dense's blocked GEMM (6-image tiles and the 1-image remainder, KC slices, padded panels)."""
+                                   (40, 300, 140, "relu"), (6, 16, 10, None), (61, 600, 500, "tanh"),
+                                   (25, 40, 48, None)])
+def test_dense_layer_matches_float64(shape, tile):
+    """cpu_dense's blocked GEMM: tiles of MR images x PR panels of each ISA (AVX2 6 x 1, AVX-512 12 x 2),
+    leftover panels (an odd count with PR = 2) and leftover images, KC slices (K = 300, 600), padded panels."""
     from convforge import cpu_dense
     from convforge.models import ACTIVATIONS
     rows, k, n, activation = shape
     g = torch.Generator().manual_seed(rows * 1000 + k)
     x, w, b = torch.randn(rows, k, generator=g), torch.randn(n, k, generator=g), torch.randn(n, generator=g)
-    layer = cpu_dense.DenseLayer(w, b, activation)
+    layer = cpu_dense.DenseLayer(w, b, activation, tile=tile)
     out = np.full((rows, cpu_dense.padded(n)), np.nan, np.float32)
     layer(x.numpy(), k, out)
     ref = torch.nn.functional.linear(x.double(), w.double(), b.double())

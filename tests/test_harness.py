@@ -457,8 +457,9 @@ def test_hugepages_restarts_a_command_whose_torch_already_allocated(tmp_path):
 def test_fma_probe_source_compiles_and_measures():
     pytest.importorskip("numba")
     assert probes.fma_peak_gflops(1, budget_s=0.01) > 0
-    source = probes.fma_source()
-    assert source.count(" * a + b") == probes.FMA_CHAINS * probes.FMA_DEPTH
+    from convforge.conv.cpu_loops import vector_lanes
+    assert f"fma_chains_intrinsic({probes.FMA_CHAINS}, {probes.FMA_DEPTH}, {vector_lanes()})" in probes.fma_source()
+    assert "fma_chains_intrinsic(12, 8, 8)" in probes.fma_source(8)
 
 
 # ------------------------------------------------------------------------ GPU clock sampling

@@ -110,6 +110,32 @@ def check_input(x: torch.Tensor, weight_shape) -> tuple[np.ndarray, tuple[int, i
     return x.detach().contiguous().numpy(), shape
 
 
+# ------------------------------------------------------------------------------------- the CPU's ISA
+
+VECTOR_LANES_ENV = "CONVFORGE_CPU_VECTOR_LANES"  # 8 or 16: force the AVX2 or the AVX-512 kernels
+
+
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags from Linux's /proc/cpuinfo (empty elsewhere)."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def vector_lanes() -> int:
+    """float32 lanes of the widest vector register the CPU kernels use: 16 with AVX-512 (32 zmm), else 8
+    (AVX2: 16 ymm). The one place the CPU kernels and the FMA-peak probe size their vectors from; the
+    environment variable VECTOR_LANES_ENV overrides it (the AVX-512 kernels still compile and run correctly
+    on an AVX2 CPU, LLVM splitting each 16-lane vector in two: how they are tested there)."""
+    forced = os.environ.get(VECTOR_LANES_ENV)
+    if forced in ("8", "16"):
+        return int(forced)
+    return 16 if "avx512f" in cpu_flags() else 8
 
 
 # ------------------------------------------------------------------------------------- the kernel

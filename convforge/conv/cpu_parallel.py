@@ -3,11 +3,13 @@
 Technique: images are taken 16 at a time (one float32 lane of a 512-bit register each) and repacked so the 16
 images' copies of a pixel are adjacent: xp[c, row, col * 16 + lane]. Every output row is then a perfectly
 vectorisable sum with no edge cases (any W, any K, 100 % of the lanes in use). An output row is computed in
-register tiles of TW columns x MB maps (TW * MB = TILE_ACCUMULATORS = 16 zmm accumulators; MB at most 8,
-chosen to pad M as little as possible, TW = 16 // MB: MB = 8, TW = 2 on the 16- and 24-map layers): the
-accumulators start at the bias and stay in registers over the whole C x K x K reduction; for each (c, p, q)
-the MB weights are broadcast from L1 (packed per call as [block][c][p][q][map]) and each of the TW input
-vectors (aligned 16-lane loads) feeds MB fused multiply-adds. The last tile of a row ends at Wo, overlapping
+register tiles of TW columns x MB maps x VECTOR lanes (per ISA, TILES: AVX-512 up to 16 zmm accumulators of
+16 lanes; AVX2 up to 12 ymm accumulators of 8 lanes, the tile run once per half of the 16-image group; MB
+chosen to pad M as little as possible, then for the most FMAs per load: 4 x 4 on AVX-512 and 4 x 3 on AVX2
+on the 12-, 16- and 24-map layers): the accumulators start at the bias and stay in registers over the whole
+C x K x K reduction; for each (c, p, q) the TW input vectors are loaded, then the MB weights broadcast from L1
+(packed per call as [block][c][p][q][map]) one at a time, each feeding TW fused multiply-adds (accumulators +
+TW + 1 live registers: no spill within AVX2's 16). The last tile of a row ends at Wo, overlapping
 its neighbour (same values). The tile is an LLVM intrinsic (tile_kernel: Numba has no vector types and
 vectorises only innermost loops, so a Numba loop cannot keep accumulators in registers across the reduction),
 generated per (K, MB, TW). Before 2026-11-21 the weights of one (c, p), MB x K of them, sat in registers
@@ -32,8 +34,9 @@ once its tiles are done, pool_kernel (an LLVM intrinsic, as a Numba loop it stay
 takes the max of each window's 16-lane vectors for MB maps and applies the activation in registers (max
 pooling commutes with the non-decreasing activations, so the activation runs on the pooled values only: tanh as
 a clamped rational fit within 3.3e-7 of float64, relu, sigmoid from tanh), and only the pooled map is written
-back: fa17's layer writes 4x less and never reads its activations back. On an AVX2-only CPU (16 ymm registers,
-a 16-lane vector in two) the register tile holds 6 accumulators rather than 16 (TILE_ACCUMULATORS).
+back: fa17's layer writes 4x less and never reads its activations back. The ISA comes from
+cpu_loops.vector_lanes (CONVFORGE_CPU_VECTOR_LANES=8 or 16 forces either; both tile kinds run correctly on
+either CPU, which is how the tests check both).
 Course step: the CPU side of the optimisation milestones: loop reordering for SIMD, register tiling, compile-
 time kernel sizes and multi-threading, the CPU analogue of the GPU's per-thread output tiles.
 Bottleneck: the FMA units for the many-channel layers (with a preallocated output at B = 2000 the whole layer
@@ -53,43 +56,41 @@ import numpy as np
 import torch
 
 from convforge.conv import ACTIVATION_CODES, finish_output, output_buffer
-from convforge.conv.cpu_loops import check_input, jit_generated
+from convforge.conv.cpu_loops import check_input, jit_generated, vector_lanes
 
-LANES = 16          # float32 lanes of an AVX-512 register = images per group
-MAX_BLOCK = 8        # maps per register tile
+LANES = 16          # images per group: the lane layout of the repacked input and of the accumulators
 
-
-def _has_avx512() -> bool:
-    """Whether this CPU has AVX-512 (32 zmm registers); Linux's /proc/cpuinfo, else assumed not."""
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as handle:
-            for line in handle:
-                if line.startswith("flags"):
-                    return "avx512f" in line.split()
-    except OSError:
-        pass
-    return False
-
-
-# TW * MB accumulators of a register tile. AVX-512: 16 zmm (24 spills on K = 7). AVX2 only (16 ymm
-# registers; a 16-lane vector takes two): 6, i.e. 12 ymm. On this project's AVX2 machine (AMD EPYC Zen 3,
-# 2026-11-25, B = 2048, 2 threads) 16 ran fa17 L1 at 15 and fa18 L2 at 24 GFLOP/s, 6 at 50 and 44, 4 at 40
-# and 44 (other work on the machine: ratios only).
-TILE_ACCUMULATORS = 16 if _has_avx512() else 6
+# The register tile, per ISA (VECTOR: float32 lanes of one register, the tile's vector width): at most
+# TILE_ACCUMULATORS accumulators (TW * MB), MAX_BLOCK maps, and accumulators + TW input vectors + one weight
+# broadcast within REGISTERS.
+# AVX-512 (32 zmm): 16 accumulators of 16 lanes (24 spills on K = 7), MB at most 8.
+# AVX2 (16 ymm): 12 accumulators of 8 lanes, the tile run twice per position (the group's lanes 0-7, then
+# 8-15), so that 12 + TW + 1 fit the 16 ymm. Before 2026-11-25 the AVX2 tile was the AVX-512 one with 6
+# accumulators of 16 lanes, but MB = 8 maps (TW = 1) on the 16- and 24-map layers, i.e. 16 ymm of
+# accumulators alone, which spilled: 40-45 GFLOP/s of the ~92 peak on an AVX2-only Zen 3. The A/B is in
+# benchmarks/2026-11-25-cpu-whole-network-avx2-tiles/.
+TILES = {16: (16, 8, 32), 8: (12, 12, 16)}   # VECTOR -> (TILE_ACCUMULATORS, MAX_BLOCK, REGISTERS)
+VECTOR = vector_lanes()
+TILE_ACCUMULATORS, MAX_BLOCK, REGISTERS = TILES[VECTOR]
 ACC_BYTES = 256 << 10  # accumulators of one band of output rows (the whole plane on the course layers), in L2
 
 
 def choose_width(block: int) -> int:
-    """Output columns per register tile for MB = ``block`` maps: TW * MB accumulators, MB weight broadcasts
-    and an input vector within the 32 zmm registers."""
-    return max(1, TILE_ACCUMULATORS // block)
+    """Output columns per register tile for MB = ``block`` maps: TW * MB accumulators within
+    TILE_ACCUMULATORS, and with the TW input vectors and one weight broadcast within REGISTERS."""
+    return max(1, min(TILE_ACCUMULATORS // block, (REGISTERS - 1) // (block + 1)))
 
 
 def choose_block(maps: int, kernel: int) -> int:
-    """Maps per register tile: at most MAX_BLOCK, the fewest padded maps, then the largest (any K: the
-    weights are broadcast from L1, not held in registers)."""
+    """Maps per register tile: at most MAX_BLOCK, the fewest padded maps, then the most FMAs per load
+    (a (c, p, q) step loads MB broadcasts and TW input vectors for MB * TW FMAs: 4 x 4 beats 8 x 2), then the
+    largest (any K: the weights are broadcast from L1, not held in registers)."""
     cap = max(1, min(MAX_BLOCK, maps))
-    return min(range(1, cap + 1), key=lambda mb: (-(-maps // mb) * mb, -mb))
+
+    def density(mb):
+        tw = choose_width(mb)
+        return mb * tw / (mb + tw)
+    return min(range(1, cap + 1), key=lambda mb: (-(-maps // mb) * mb, -density(mb), -mb))
 
 
 def transposed_store():
@@ -147,11 +148,13 @@ _TRANSPOSED_STORE = None
 TRANSPOSE_VERSION = 1  # part of the generated source, so a change here recompiles the cached kernels
 
 
-def tile_kernel(kernel: int, block: int, width: int):
+def tile_kernel(kernel: int, block: int, width: int, vector: int = LANES):
     """The Numba intrinsic ``conv_tile(x, x0, row, chan, C, w, w0, bias, b0, acc, a0)`` for K = ``kernel``,
-    MB = ``block`` maps and TW = ``width`` output columns (all baked in).
+    MB = ``block`` maps, TW = ``width`` output columns and ``vector`` lanes (all baked in): one generator for
+    the AVX-512 tile (16 lanes, the whole group) and the AVX2 one (8 lanes, half a group per call, the
+    caller offsetting x0 and a0 by 8 for the other half; the 16-lane layout is the same).
 
-    It computes one output tile, TW columns x MB maps x 16 lanes, entirely in registers: the TW * MB
+    It computes one output tile, TW columns x MB maps x ``vector`` lanes, entirely in registers: the TW * MB
     accumulators start at the bias, and for every channel c < C (runtime loop), kernel row p < K (runtime
     loop) and column q < K (unrolled) the MB weights w[w0 + ((c * K + p) * K + q) * MB + mm] are broadcast
     and each of the TW input vectors x[x0 + c * chan + p * row + (jj + q) * 16 ...] feeds MB fused
@@ -159,13 +162,13 @@ def tile_kernel(kernel: int, block: int, width: int):
     and its vectoriser only handles innermost loops, so a Numba loop cannot keep the accumulators in
     registers across the (c, p, q) reduction.
     """
-    key = (kernel, block, width)
+    key = (kernel, block, width, vector)
     if key not in _TILES:
         from llvmlite import ir
         from numba import types
         from numba.core import cgutils
         from numba.extending import intrinsic
-        K, MB, TW = key
+        K, MB, TW, V = key
 
         @intrinsic
         def conv_tile(typingctx, x, x0, row, chan, C, w, w0, bias, b0, acc, a0):
@@ -173,12 +176,12 @@ def tile_kernel(kernel: int, block: int, width: int):
 
             def codegen(context, builder, signature, args):
                 i64, i32 = ir.IntType(64), ir.IntType(32)
-                vec = ir.VectorType(ir.FloatType(), LANES)
+                vec = ir.VectorType(ir.FloatType(), V)
                 vptr = vec.as_pointer()
                 undef = ir.Constant(vec, ir.Undefined)
-                splat_mask = ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
+                splat_mask = ir.Constant(ir.VectorType(i32, V), [0] * V)
                 fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec] * 3),
-                                                     "llvm.fma.v16f32")
+                                                     f"llvm.fma.v{V}f32")
 
                 def data(i):
                     return context.make_array(signature.args[i])(context, builder, args[i]).data
@@ -209,14 +212,18 @@ def tile_kernel(kernel: int, block: int, width: int):
                         with cgutils.for_range(builder, const(K)) as ql:
                             xq = builder.add(xr, builder.mul(ql.index, const(LANES)))
                             wq = builder.add(wr, builder.mul(ql.index, const(MB)))
-                            ws = [splat(builder.gep(wd, [builder.add(wq, const(mm))], inbounds=True))
-                                  for mm in range(MB)]
-                            for jj in range(TW):
-                                ptr = builder.gep(xd, [builder.add(xq, const(jj * LANES))], inbounds=True)
-                                xv = builder.load(builder.bitcast(ptr, vptr), align=4)
-                                for mm in range(MB):
+                            # The TW input vectors, then one weight broadcast at a time feeding TW FMAs: live
+                            # registers are the accumulators + TW + 1. Broadcasting all MB weights first (before
+                            # 2026-11-25) needed accumulators + TW + MB, which on AVX2's 16 ymm spilled the
+                            # broadcasts to the stack every (c, p, q).
+                            xs = [builder.load(builder.bitcast(builder.gep(xd, [builder.add(xq, const(jj * LANES))],
+                                                                           inbounds=True), vptr), align=4)
+                                  for jj in range(TW)]
+                            for mm in range(MB):
+                                wv = splat(builder.gep(wd, [builder.add(wq, const(mm))], inbounds=True))
+                                for jj in range(TW):
                                     a = builder.load(accs[jj][mm])
-                                    builder.store(builder.call(fma, [xv, ws[mm], a]), accs[jj][mm])
+                                    builder.store(builder.call(fma, [xs[jj], wv, a]), accs[jj][mm])
                 for jj in range(TW):
                     for mm in range(MB):
                         ptr = builder.gep(ad, [builder.add(a0v, const((jj * MB + mm) * LANES))], inbounds=True)
@@ -230,7 +237,7 @@ def tile_kernel(kernel: int, block: int, width: int):
 
 
 _TILES: dict = {}
-TILE_VERSION = 5  # part of the generated source, like TRANSPOSE_VERSION
+TILE_VERSION = 7  # part of the generated source, like TRANSPOSE_VERSION
 
 
 def vector_activation(builder, value, act: int):
@@ -337,13 +344,16 @@ TANH_P = (0.9999999987387712, 0.1313253099916881, 0.00315863074579562, 1.1744318
 TANH_Q = (1.0, 0.46465863000440627, 0.024711530850971303, 0.0002626729299975575)
 
 
-def kernel_source(kernel: int, block: int, pool: int = 0, act: int = 0) -> str:
-    """Python source of the Numba kernel for K = ``kernel`` and MB = ``block`` (both baked in); with
-    ``pool`` > 0 it also applies activation ``act`` and a pool x pool max pool (stride pool) and writes only
-    the pooled map. Max pooling commutes with the (non-decreasing) activations, so the max is taken first
-    and the activation runs on the pooled values only."""
+def kernel_source(kernel: int, block: int, pool: int = 0, act: int = 0, width: Optional[int] = None,
+                  vector: Optional[int] = None) -> str:
+    """Python source of the Numba kernel for K = ``kernel``, MB = ``block``, TW = ``width`` (default
+    choose_width) and the tile's ``vector`` lanes (default VECTOR), all baked in; with ``pool`` > 0 it also
+    applies activation ``act`` and a pool x pool max pool (stride pool) and writes only the pooled map. Max
+    pooling commutes with the (non-decreasing) activations, so the max is taken first and the activation runs
+    on the pooled values only."""
     K, MB, L, ACC_FLOATS = kernel, block, LANES, ACC_BYTES // 4
-    TW = choose_width(block)
+    TW = width or choose_width(block)
+    V = vector or VECTOR
     P = pool
     if P:
         pooled = f'''
@@ -358,14 +368,14 @@ def kernel_source(kernel: int, block: int, pool: int = 0, act: int = 0) -> str:
                 run = (h1 - h0) * Wo
                 r0 = h0 * Wo"""
     res = "pacc" if P else "acc"
-    return f'''"""Generated by convforge.conv.cpu_parallel for K={K}, MB={MB}, TW={TW}, pool={P}, act={act} (transpose v{TRANSPOSE_VERSION}, tile v{TILE_VERSION}, pool v{POOL_VERSION})."""
+    return f'''"""Generated by convforge.conv.cpu_parallel for K={K}, MB={MB}, TW={TW}, vector={V}, pool={P}, act={act} (transpose v{TRANSPOSE_VERSION}, tile v{TILE_VERSION}, pool v{POOL_VERSION})."""
 import numpy as np
 
 from convforge.conv.cpu_parallel import pool_kernel, tile_kernel, transposed_store
 
 store_transposed16 = transposed_store()
-conv_tile = tile_kernel({K}, {MB}, {TW})
-conv_tile1 = tile_kernel({K}, {MB}, 1)
+conv_tile = tile_kernel({K}, {MB}, {TW}, {V})
+conv_tile1 = tile_kernel({K}, {MB}, 1, {V})
 pool_act = pool_kernel({max(P, 1)}, {MB}, {act})
 
 
@@ -424,15 +434,18 @@ def conv(x, w, bias, y, M, g0, g1, mb0, mb1):
                 for h in range(h0, h1):
                     # Tiles of {TW} columns x {MB} maps, each summed over all (c, p, q) in registers; the
                     # last tile ends at Wo, overlapping its neighbour (same values).
+                    # With {V}-lane tiles, {L // V} calls per tile, one per {V} lanes of the group.
                     if Wo >= {TW}:
                         for t in range((Wo + {TW - 1}) // {TW}):
                             col0 = min(t * {TW}, Wo - {TW})
-                            conv_tile(buf, o + (h * W + col0) * {L}, W * {L}, H * W * {L}, C, wp, (mb - mb0) * nw,
-                                      bias, m0, acc, ((h - h0) * Wo + col0) * {MB * L})
+                            for s in range(0, {L}, {V}):
+                                conv_tile(buf, o + (h * W + col0) * {L} + s, W * {L}, H * W * {L}, C, wp,
+                                          (mb - mb0) * nw, bias, m0, acc, ((h - h0) * Wo + col0) * {MB * L} + s)
                     else:
                         for col0 in range(Wo):
-                            conv_tile1(buf, o + (h * W + col0) * {L}, W * {L}, H * W * {L}, C, wp, (mb - mb0) * nw,
-                                       bias, m0, acc, ((h - h0) * Wo + col0) * {MB * L})
+                            for s in range(0, {L}, {V}):
+                                conv_tile1(buf, o + (h * W + col0) * {L} + s, W * {L}, H * W * {L}, C, wp,
+                                           (mb - mb0) * nw, bias, m0, acc, ((h - h0) * Wo + col0) * {MB * L} + s)
 {pooled}
                 # Back to y's layout, the band's rows as one run of each (image, map) plane.
                 for mm in range(min({MB}, M - m0)):
@@ -453,14 +466,16 @@ _KERNELS: dict = {}
 _LOCK = threading.Lock()
 
 
-def get_kernel(kernel: int, block: int, pool: int = 0, act: int = 0):
-    """The compiled kernel for (K, MB[, pool, activation]), compiled (or loaded from the disk cache) once per
-    process."""
+def get_kernel(kernel: int, block: int, pool: int = 0, act: int = 0, width: Optional[int] = None,
+               vector: Optional[int] = None):
+    """The compiled kernel for (K, MB[, pool, activation, TW, vector lanes]), compiled (or loaded from the
+    disk cache) once per process."""
+    width, vector = width or choose_width(block), vector or VECTOR
     with _LOCK:
-        key = (kernel, block, pool, act)
+        key = (kernel, block, pool, act, width, vector)
         if key not in _KERNELS:
-            name = f"cpu_parallel_k{kernel}_mb{block}" + (f"_p{pool}_a{act}" if pool else "")
-            _KERNELS[key] = jit_generated(name, kernel_source(kernel, block, pool, act),
+            name = f"cpu_parallel_k{kernel}_mb{block}_tw{width}_v{vector}" + (f"_p{pool}_a{act}" if pool else "")
+            _KERNELS[key] = jit_generated(name, kernel_source(kernel, block, pool, act, width, vector),
                                           "conv", nogil=True, fastmath={"contract"})
         return _KERNELS[key]
 
@@ -497,32 +512,35 @@ def work_items(groups: int, blocks: int, threads: int) -> list[tuple[int, int, i
     return [(g, g + 1, blocks * i // parts, blocks * (i + 1) // parts) for g in range(groups) for i in range(parts)]
 
 
-def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None):
-    return _prepare(weight, bias, None, 0)
+def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, config=None):
+    """``config``: (MB, TW[, vector lanes]), the register tile's maps, columns and width instead of
+    choose_block's, choose_width's and VECTOR (for A/B measurements)."""
+    return _prepare(weight, bias, None, 0, config)
 
 
-def prepare_fused(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Optional[str], pool: int):
+def prepare_fused(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Optional[str], pool: int,
+                  config=None):
     """conv + bias, then a pool x pool max pool (stride pool) and the activation, in one pass: only the
     pooled map is written (the conv rows stay in the band of accumulators, in L2)."""
     if activation not in ACTIVATION_CODES:
         raise ValueError(f"unknown activation {activation!r}; cpu-parallel fuses {sorted(map(str, ACTIVATION_CODES))}")
     if pool < 1:
         raise ValueError(f"pool must be 1 or more, got {pool}")
-    return _prepare(weight, bias, activation, pool)
+    return _prepare(weight, bias, activation, pool, config)
 
 
-def _prepare(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Optional[str], pool: int):
+def _prepare(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Optional[str], pool: int, config=None):
     maps, channels, kernel, kernel_w = weight.shape
     if kernel != kernel_w:
         raise ValueError(f"square kernels only, got {kernel}x{kernel_w}")
-    block = choose_block(maps, kernel)
+    block, width, vector = (tuple(config) + (None,))[:3] if config else (choose_block(maps, kernel), None, None)
     padded = -(-maps // block) * block  # maps rounded up to whole blocks: zero weights, never written out
     w = np.zeros((padded, channels, kernel, kernel), np.float32)
     w[:maps] = weight.detach().to(torch.float32).numpy()
     b = np.zeros(padded, np.float32)
     if bias is not None:
         b[:maps] = bias.detach().to(torch.float32).numpy()
-    fn = get_kernel(kernel, block, pool, ACTIVATION_CODES[activation] if pool else 0)
+    fn = get_kernel(kernel, block, pool, ACTIVATION_CODES[activation] if pool else 0, width, vector)
     blocks = padded // block
     # Compile now (a one-image call of the same types), so the first timed call runs compiled code.
     fn(np.zeros((1, channels, kernel, kernel), np.float32), w, b, np.empty((1, maps, 1, 1), np.float32),
