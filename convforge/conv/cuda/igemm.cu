@@ -1,0 +1,195 @@
+// cuda-igemm-3xtf32 / cuda-igemm-tf32: implicit GEMM on the tensor cores for many-channel layers, with
+// split-TF32 ("3xTF32") for fp32 accuracy.
+//
+// GEMM view of the whole batch: D (M maps x N positions) = A (M x KR) * B (KR x N), M = output maps,
+// N = B*HO*WO (all images' output positions, image-major), KR = C*KH*KW. A is the weight tensor itself
+// ((M, C, KH, KW) is M x KR row-major), packed on the host into TF32 "big" and "small" parts (v = big + small
+// + O(2^-22 v)), zero-padded to whole tiles. B is never formed: B[k][n] = x[b][c][ho+p][wo+q] with
+// k = (c, p, q) and n = (b, ho, wo), gathered straight from the input by cp.async (4 bytes an element, out-of-
+// range k or n zero-filled) and split into big + small as a warp reads its fragments.
+// 3xTF32 (CF_SPLIT 3): d += a_small*b_big + a_big*b_small + a_big*b_big on m16n8k8 TF32 mma.sync, fp32
+// accumulate (the small*small term, O(2^-22), is dropped). CF_SPLIT 1: d += a*b with both rounded to TF32.
+//
+// Tiles: a block computes BM maps x BN positions, looping over KR in BK steps through a STAGES-deep cp.async
+// ring (stage s+STAGES-1 is loaded while stage s is multiplied); warps own WM x WN sub-tiles of 16x8 mma
+// tiles. Shared layouts (pitches in floats) avoid bank conflicts on the fragment reads:
+//   A: [BM][BK+4]: lanes (g, t) read row g, column t: banks g*(BK+4)+t, all distinct for BK = 16 or 32;
+//      filled by 16-byte cp.async (the pitch keeps rows 16-byte aligned).
+//   B: [BK][BN+8]: lanes read row t, column g: banks t*(BN+8)+g = 8t+g (BN a multiple of 32), distinct;
+//      filled by 4-byte cp.async along rows (consecutive threads, consecutive n: coalesced within an output row).
+// Fragments (PTX ISA, m16n8k8 tf32; g = lane/4, t = lane%4): a0 (g, t) a1 (g+8, t) a2 (g, t+4) a3 (g+8, t+4);
+// b0 (k t, n g) b1 (k t+4, n g); c0 (g, 2t) c1 (g, 2t+1) c2 (g+8, 2t) c3 (g+8, 2t+1).
+// Constants: CF_M CF_C CF_H CF_W CF_KH CF_KW (the layer), CF_BM CF_BN CF_BK CF_WM CF_WN CF_STAGES (tiles),
+// CF_SPLIT (3 or 1). The weights are arguments, not constants: one compile serves every layer of that shape.
+
+#include "async_copy.cuh"
+#include "mma.cuh"
+
+#ifndef CF_MINB
+#define CF_MINB 1
+#endif
+#ifndef CF_SPLIT
+#define CF_SPLIT 3
+#endif
+
+namespace {
+
+constexpr int M = CF_M, C = CF_C, H = CF_H, W = CF_W, KH = CF_KH, KW = CF_KW;
+constexpr int HO = H - KH + 1, WO = W - KW + 1, P = HO * WO, HW = H * W, KHW = KH * KW, KR = C * KHW;
+constexpr long long IMG = (long long)C * HW;
+constexpr int BM = CF_BM, BN = CF_BN, BK = CF_BK, WM = CF_WM, WN = CF_WN, STAGES = CF_STAGES, SPLIT = CF_SPLIT;
+constexpr int WARPS_M = BM / WM, WARPS_N = BN / WN, NT = 32 * WARPS_M * WARPS_N;
+constexpr int MI = WM / 16, NI = WN / 8;                // mma tiles per warp
+constexpr int KT = (KR + BK - 1) / BK;                  // k tiles
+constexpr int KP = KT * BK;                             // A's padded row length
+constexpr int MTILES = (M + BM - 1) / BM;
+constexpr int AP = BK + 4, BP = BN + 8;                 // shared pitches (floats)
+constexpr int A_FLOATS = BM * AP, B_FLOATS = BK * BP;
+constexpr int STAGE_FLOATS = (SPLIT == 3 ? 2 : 1) * A_FLOATS + B_FLOATS;
+constexpr int SMEM_BYTES = 4 * STAGES * STAGE_FLOATS;
+constexpr int B_ROWS = NT / BN;                         // k rows a pass of the B loader covers
+constexpr int B_PER_THREAD = BK / B_ROWS;
+constexpr int A_PER_THREAD = BM * BK / 4 / NT;          // 16-byte copies per thread per A part
+
+static_assert(BM % WM == 0 && BN % WN == 0 && WM % 16 == 0 && WN % 8 == 0, "tile shapes");
+static_assert(BK % 8 == 0 && (BK == 16 || BK == 32), "BK must be 16 or 32 (the A pitch is conflict-free there)");
+static_assert(BN % 32 == 0 && NT % BN == 0 && BK % B_ROWS == 0, "B loader: whole k rows per pass");
+static_assert(BM * BK / 4 % NT == 0, "A loader: whole 16-byte copies per thread");
+static_assert(STAGES >= 2, "at least two stages");
+static_assert(SPLIT == 1 || SPLIT == 3, "CF_SPLIT is 1 or 3");
+
+// v = big + small (TF32 bit patterns); an infinite or NaN big gets a zero small part (Inf - Inf would be NaN)
+__device__ __forceinline__ void split_tf32(float v, unsigned& big, unsigned& small)
+{
+    big = tf32_bits<true>(v) & 0xffffe000u;
+    if constexpr (SPLIT == 3) {
+        const float rest = (big & 0x7f800000u) == 0x7f800000u ? 0.0f : v - __uint_as_float(big);
+        small = tf32_bits<true>(rest);
+    }
+}
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(NT, CF_MINB)
+conv_igemm(float* __restrict__ y, const float* __restrict__ x, const float* __restrict__ a_big,
+           const float* __restrict__ a_small, const float* __restrict__ bias, int B)
+{
+    extern __shared__ float4 smem4[];
+    float* const smem = reinterpret_cast<float*>(smem4);
+    require_dynamic_smem(SMEM_BYTES);
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int wm0 = (warp % WARPS_M) * WM, wn0 = (warp / WARPS_M) * WN;
+    const int N = B * P;
+    const int mtile = blockIdx.x % MTILES;                 // maps fastest: blocks sharing an input tile run together
+    const int m0 = mtile * BM;
+    const int n0 = (blockIdx.x / MTILES) * BN;
+
+    // the B loader: this thread's column n and its first k row
+    const int bcol = tid % BN, brow = tid / BN;
+    const int n_mine = n0 + bcol;
+    const bool n_ok = n_mine < N;
+    const float* xcol = x;
+    if (n_ok) {
+        const int b = n_mine / P, p = n_mine - b * P, ho = p / WO, wo = p - ho * WO;
+        xcol = x + b * IMG + ho * W + wo;
+    }
+
+    auto load_stage = [&](int stage, int kt) {
+        float* const as = smem + stage * STAGE_FLOATS;
+        float* const bs = as + (SPLIT == 3 ? 2 : 1) * A_FLOATS;
+#pragma unroll
+        for (int i = 0; i < A_PER_THREAD; ++i) {
+            const int idx = tid + i * NT, row = idx / (BK / 4), col = (idx % (BK / 4)) * 4;
+            const long long src = (long long)(m0 + row) * KP + kt * BK + col;
+            copy_async16(as + row * AP + col, a_big + src);
+            if constexpr (SPLIT == 3) copy_async16(as + A_FLOATS + row * AP + col, a_small + src);
+        }
+#pragma unroll
+        for (int i = 0; i < B_PER_THREAD; ++i) {
+            const int r = brow + i * B_ROWS, k = kt * BK + r;
+            const bool ok = n_ok && k < KR;
+            const int c = k / KHW, rem = k - c * KHW, p = rem / KW, q = rem - p * KW;
+            copy_async4(bs + r * BP + bcol, ok ? xcol + (c * HW + p * W + q) : x, ok);
+        }
+    };
+
+    float acc[MI][NI][4];
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < KT) load_stage(s, s);
+        copy_commit();
+    }
+
+    for (int kt = 0; kt < KT; ++kt) {
+        copy_wait<STAGES - 2>();    // this thread's copies of stage kt have landed
+        __syncthreads();            // everyone's have; and everyone is done with stage kt-1, reloaded next
+        {
+            const int next = kt + STAGES - 1;
+            if (next < KT) load_stage(next % STAGES, next);
+            copy_commit();
+        }
+        const float* const as = smem + (kt % STAGES) * STAGE_FLOATS;
+        const float* const as_small = as + A_FLOATS;
+        const float* const bs = as + (SPLIT == 3 ? 2 : 1) * A_FLOATS;
+#pragma unroll
+        for (int kk = 0; kk < BK; kk += 8) {
+            unsigned bb[NI][2], bsm[NI][2];
+#pragma unroll
+            for (int j = 0; j < NI; ++j) {
+                const int n = wn0 + j * 8 + g;
+                split_tf32(bs[(kk + t) * BP + n], bb[j][0], bsm[j][0]);
+                split_tf32(bs[(kk + t + 4) * BP + n], bb[j][1], bsm[j][1]);
+            }
+#pragma unroll
+            for (int i = 0; i < MI; ++i) {
+                const int r = wm0 + i * 16 + g;
+                const int o0 = r * AP + kk + t, o1 = o0 + 8 * AP;
+                const unsigned ab[4] = {__float_as_uint(as[o0]), __float_as_uint(as[o1]),
+                                        __float_as_uint(as[o0 + 4]), __float_as_uint(as[o1 + 4])};
+                if constexpr (SPLIT == 3) {
+                    const unsigned asm_[4] = {__float_as_uint(as_small[o0]), __float_as_uint(as_small[o1]),
+                                              __float_as_uint(as_small[o0 + 4]), __float_as_uint(as_small[o1 + 4])};
+#pragma unroll
+                    for (int j = 0; j < NI; ++j) {
+                        mma<0>(acc[i][j], asm_, bb[j][0], bb[j][1]);     // small terms first
+                        mma<0>(acc[i][j], ab, bsm[j][0], bsm[j][1]);
+                        mma<0>(acc[i][j], ab, bb[j][0], bb[j][1]);
+                    }
+                } else {
+#pragma unroll
+                    for (int j = 0; j < NI; ++j) mma<0>(acc[i][j], ab, bb[j][0], bb[j][1]);
+                }
+            }
+        }
+    }
+    copy_wait<0>();                 // no copy may still be in flight when the block exits
+
+    // epilogue: c0 (g, 2t) c1 (g, 2t+1) c2 (g+8, 2t) c3 (g+8, 2t+1) -> y[b][m][p], n = b*P + p
+#pragma unroll
+    for (int j = 0; j < NI; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int n = n0 + wn0 + j * 8 + 2 * t + e;
+            if (n >= N) continue;
+            const int b = n / P, p = n - b * P;
+            float* const yb = y + (long long)b * M * P + p;
+#pragma unroll
+            for (int i = 0; i < MI; ++i) {
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int m = m0 + wm0 + i * 16 + g + 8 * h;
+                    if (m < M) yb[(long long)m * P] = acc[i][j][2 * h + e] + (bias ? __ldg(bias + m) : 0.0f);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,203 @@
+"""cuda-igemm-3xtf32 / cuda-igemm-tf32: implicit GEMM on the tensor cores for many-channel layers (``cuda/igemm.cu``).
+
+Technique: the whole batch as one GEMM, D (maps x positions) = weights (maps x C*KH*KW) * im2col(x) (C*KH*KW
+x B*HO*WO), with the im2col operand never formed: each block gathers its BK x BN tile of it straight from the
+input by 4-byte cp.async, the weight tile by 16-byte cp.async, through a STAGES-deep shared-memory ring with
+padded (bank-conflict-free) layouts; warps multiply WM x WN sub-tiles with ``mma.sync`` m16n8k8 TF32 and
+accumulate in fp32 (threadblock / warp / instruction tiles as in CUTLASS's implicit GEMM, our own code).
+"3xtf32" (precision ``tf32x3``): each operand split into TF32 big + small parts (the weights once on the host,
+the input as fragments are read), three products a_small*b_big + a_big*b_small + a_big*b_big, so the result
+meets the exact tolerance (1e-5 against float64) at tensor-core speed; "tf32": one product (tolerance 1e-2).
+Rectangular kernels (M, C, KH, KW) are served; stride 1, no padding, bias in the epilogue.
+Course step: extends the course's "fused unroll + tiled matrix multiply" (cuda-fused-gemm: implicit GEMM
+from shared-memory tiles) and its "tensor cores" step (cuda-tc: per-image gather GEMM, reduced precision) to
+batch-wide tiles, a cp.async pipeline and fp32 accuracy.
+Bottleneck expected: tensor-core issue (three mma per product in 3xTF32) and the B-fragment splits; on few-
+channel layers (KR < ~64) the gather loads and a mostly-empty k tile: use cuda-direct / cuda-tc there.
+Compiled once per (layer shape without the weights, tile config, split), cached like every CUDA kernel here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from convforge.conv import cuda_common as cc
+
+SOURCE = "igemm.cu"
+PRECISIONS = ("tf32x3", "tf32")
+SMEM_OPTIN_DEFAULT = 227 * 1024
+CONFIG_KEYS = ("bm", "bn", "bk", "wm", "wn", "stages", "minb")
+# Tile configs by the number of maps (the GEMM's M): blocks as tall as the maps need, 128 positions wide.
+LAUNCH_CONFIGS: tuple[dict, ...] = (
+    {"bm": 128, "bn": 128, "bk": 16, "wm": 64, "wn": 32, "stages": 3, "minb": 2},
+    {"bm": 64, "bn": 128, "bk": 16, "wm": 32, "wn": 64, "stages": 4, "minb": 2},
+    {"bm": 32, "bn": 128, "bk": 16, "wm": 32, "wn": 32, "stages": 4, "minb": 2},
+    {"bm": 128, "bn": 128, "bk": 32, "wm": 64, "wn": 32, "stages": 3, "minb": 1},
+    {"bm": 64, "bn": 256, "bk": 16, "wm": 32, "wn": 64, "stages": 3, "minb": 1},
+    {"bm": 128, "bn": 128, "bk": 16, "wm": 64, "wn": 32, "stages": 4, "minb": 1},
+)
+# minb: __launch_bounds__'s minimum blocks per SM (2 caps the 256-thread configs at 128 registers: nvcc 13.0
+# sm_90, no spills, 128x128 3xTF32 139 -> 128 registers, so two blocks fit an SM)
+
+
+def default_config(M: int) -> dict:
+    if M > 64:
+        return dict(LAUNCH_CONFIGS[0])
+    return dict(LAUNCH_CONFIGS[1] if M > 32 else LAUNCH_CONFIGS[2])
+
+
+@dataclass(frozen=True)
+class IgemmGeometry:
+    """igemm.cu's constants (mirrors the constexprs at the top of the kernel)."""
+    M: int
+    C: int
+    H: int
+    W: int
+    KH: int
+    KW: int
+    precision: str
+    bm: int = 128
+    bn: int = 128
+    bk: int = 16
+    wm: int = 64
+    wn: int = 32
+    stages: int = 3
+    minb: int = 2
+
+    @property
+    def split(self): return 3 if self.precision == "tf32x3" else 1
+    @property
+    def ho(self): return self.H - self.KH + 1
+    @property
+    def wo(self): return self.W - self.KW + 1
+    @property
+    def kr(self): return self.C * self.KH * self.KW
+    @property
+    def kp(self): return cc.cdiv(self.kr, self.bk) * self.bk
+    @property
+    def mtiles(self): return cc.cdiv(self.M, self.bm)
+    @property
+    def nt(self): return 32 * (self.bm // self.wm) * (self.bn // self.wn)
+    @property
+    def stage_floats(self):
+        return (2 if self.split == 3 else 1) * self.bm * (self.bk + 4) + self.bk * (self.bn + 8)
+    @property
+    def smem_bytes(self): return 4 * self.stages * self.stage_floats
+
+    def spec(self) -> cc.KernelSpec:
+        return cc.KernelSpec.of(SOURCE, CF_M=self.M, CF_C=self.C, CF_H=self.H, CF_W=self.W, CF_KH=self.KH,
+                                CF_KW=self.KW, CF_BM=self.bm, CF_BN=self.bn, CF_BK=self.bk, CF_WM=self.wm,
+                                CF_WN=self.wn, CF_STAGES=self.stages, CF_SPLIT=self.split,
+                                CF_MINB=self.minb)
+
+
+def plan(M: int, C: int, H: int, W: int, KH: int, KW: int, precision: str, config: Optional[dict] = None,
+         smem_optin: int = SMEM_OPTIN_DEFAULT) -> IgemmGeometry:
+    """The checked geometry for one layer (the default tile config for its map count unless ``config``)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    cfg = {**default_config(M), **(config or {})}
+    unknown = set(cfg) - set(CONFIG_KEYS)
+    if unknown:
+        raise ValueError(f"unknown launch parameters {sorted(unknown)} (known: {', '.join(CONFIG_KEYS)})")
+    geom = IgemmGeometry(M, C, H, W, KH, KW, precision, **{k: int(cfg[k]) for k in CONFIG_KEYS})
+    g = geom
+    if (g.bm % g.wm or g.bn % g.wn or g.wm % 16 or g.wn % 8 or g.bk not in (16, 32) or g.bn % 32
+            or g.nt % g.bn or g.bk % (g.nt // g.bn) or (g.bm * g.bk // 4) % g.nt or g.stages < 2 or g.nt > 1024
+            or g.minb < 1):
+        raise ValueError(f"bad tile config {cfg}: bm % wm == bn % wn == 0, wm % 16 == wn % 8 == 0, bk 16 or 32, "
+                         "bn a multiple of 32 dividing the thread count, at least 2 stages")
+    if g.smem_bytes > smem_optin:
+        raise ValueError(f"tile config {cfg} needs {g.smem_bytes} bytes of shared memory (at most {smem_optin})")
+    if C * H * W > cc.INT32_MAX:
+        raise ValueError(f"one image of {C}x{H}x{W} floats exceeds the kernel's 32-bit offsets")
+    return geom
+
+
+def kernel_specs(M: int, C: int, H: int, W: int, K: int, precision: str = "tf32x3", config=None,
+                 **_) -> list[cc.KernelSpec]:
+    """What prepare() compiles for a K x K layer (for the compile tests)."""
+    return [plan(M, C, H, W, K, K, precision, config).spec()]
+
+
+def pack_weights(weight: torch.Tensor, geom: IgemmGeometry) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """A = weights as (M, C*KH*KW), zero-padded to (mtiles*bm, kp), as TF32 bit patterns (rounded to nearest,
+    ties away, as cvt.rna): the big part and, for 3xTF32, the small part (w - big, rounded); an infinite
+    weight gets a zero small part."""
+    M = weight.shape[0]
+    a = torch.zeros(geom.mtiles * geom.bm, geom.kp, dtype=torch.float32, device=weight.device)
+    a[:M, :geom.kr] = weight.reshape(M, -1)
+    big = _tf32(a)
+    if geom.split == 1:
+        return big, None
+    small = _tf32(torch.where(torch.isfinite(big), a - big, torch.zeros_like(a)))
+    return big, small
+
+
+def _tf32(t: torch.Tensor) -> torch.Tensor:
+    bits = t.contiguous().view(torch.int32)
+    bits = torch.where(torch.isfinite(t), (bits + 0x1000) & -0x2000, bits)
+    return bits.view(torch.float32)
+
+
+def check_weight(weight: torch.Tensor, bias: Optional[torch.Tensor]):
+    """Float32 contiguous weight (M, C, KH, KW) (rectangular kernels too) and bias (M,) on the device."""
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 4:
+        raise ValueError(f"weight must be (M, C, KH, KW), got "
+                         f"{tuple(weight.shape) if isinstance(weight, torch.Tensor) else type(weight).__name__}")
+    if weight.device.type != cc.DEVICE_TYPE:
+        raise ValueError(f"weight must be on a {cc.DEVICE_TYPE} device, got {weight.device}")
+    weight = weight.detach().to(torch.float32).contiguous()
+    if bias is not None:
+        if tuple(bias.shape) != (weight.shape[0],):
+            raise ValueError(f"bias must be ({weight.shape[0]},), got {tuple(bias.shape)}")
+        bias = bias.detach().to(device=weight.device, dtype=torch.float32).contiguous()
+    return weight, bias
+
+
+def unavailable_reason() -> Optional[str]:
+    reason = cc.unavailable_reason()
+    if reason:
+        return reason
+    major = torch.cuda.get_device_capability()[0]
+    if major < 8:
+        return f"needs compute capability 8.0 or newer for TF32 mma.sync and cp.async (this GPU is {major}.x)"
+    return None
+
+
+class IgemmLayer:
+    """One layer's kernel for one input size: packed weights, the compiled kernel, the launch."""
+
+    def __init__(self, weight, bias, H: int, W: int, precision: str, config: Optional[dict]):
+        M, C, KH, KW = weight.shape
+        self.device = weight.device
+        info = cc.device_info(self.device)
+        self.geom = plan(M, C, H, W, KH, KW, precision, config, info.smem_per_block_optin)
+        self.a_big, self.a_small = pack_weights(weight, self.geom)
+        self.bias = bias
+        self.kernel = cc.kernel(self.geom.spec(), "conv_igemm", self.device)
+
+    def __call__(self, x: torch.Tensor, out: Optional[torch.Tensor]) -> torch.Tensor:
+        g = self.geom
+        B = x.shape[0]
+        P = g.ho * g.wo
+        if B * P > cc.INT32_MAX - g.bn:
+            raise ValueError(f"{B} images of {g.ho}x{g.wo} outputs exceed the kernel's 32-bit position index; "
+                             "split the batch")
+        y, result = cc.output(out, (B, g.M, g.ho, g.wo), x)
+        if y.numel():
+            blocks = g.mtiles * cc.cdiv(B * P, g.bn)
+            self.kernel((blocks,), (g.nt,), (cc.ptr(y), cc.ptr(x), cc.ptr(self.a_big), cc.ptr(self.a_small),
+                                             cc.ptr(self.bias), cc.i32(B)), shared_mem=g.smem_bytes)
+        return cc.finish(y, result)
+
+
+def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, precision: str = "tf32x3", config=None,
+            input_hw=None):
+    weight, bias = check_weight(weight, bias)
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    return cc.per_input_size(weight, lambda h, w: IgemmLayer(weight, bias, h, w, precision, config), input_hw)
