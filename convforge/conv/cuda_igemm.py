@@ -124,20 +124,26 @@ def kernel_specs(M: int, C: int, H: int, W: int, K: int, precision: str = "tf32x
 
 
 def pack_weights(weight: torch.Tensor, geom: IgemmGeometry) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-    """A = weights as (M, C*KH*KW), zero-padded to (mtiles*bm, kp), as TF32 bit patterns (rounded to nearest,
-    ties away, as cvt.rna): the big part and, for 3xTF32, the small part (w - big, rounded); an infinite
-    weight gets a zero small part."""
+    """A = weights as (M, C*KH*KW), zero-padded to (mtiles*bm, kp), as TF32 bit patterns. One product: rounded
+    to nearest, ties away (as cvt.rna). 3xTF32: big = the weight truncated to TF32 and small = the rest rounded
+    to TF32 (|w - big - small| <= 2^-21 |w|), so that small has w's sign: an Inf input x then contributes
+    small*x and big*x of one sign, never Inf - Inf. Where the rest is zero, small = w * 2^-30 (of w's sign, a
+    2^-30 relative change) for the same reason; an infinite weight gets small = 0. (An infinite weight against
+    an input whose two parts differ in sign gives NaN where fp32 gives Inf: not served.)"""
     M = weight.shape[0]
     a = torch.zeros(geom.mtiles * geom.bm, geom.kp, dtype=torch.float32, device=weight.device)
     a[:M, :geom.kr] = weight.reshape(M, -1)
-    big = _tf32(a)
     if geom.split == 1:
-        return big, None
-    small = _tf32(torch.where(torch.isfinite(big), a - big, torch.zeros_like(a)))
-    return big, small
+        return _tf32(a), None
+    finite = torch.isfinite(a)
+    big = torch.where(finite, (a.view(torch.int32) & -0x2000).view(torch.float32), a)
+    rest = torch.where(finite, a - big, torch.zeros_like(a))
+    small = torch.where(rest == 0, a * 2.0 ** -30, _tf32(rest))
+    return big.contiguous(), torch.where(finite, small, torch.zeros_like(a)).contiguous()
 
 
 def _tf32(t: torch.Tensor) -> torch.Tensor:
+    """Round to TF32, to nearest with ties away from zero (cvt.rna); Inf and NaN unchanged."""
     bits = t.contiguous().view(torch.int32)
     bits = torch.where(torch.isfinite(t), (bits + 0x1000) & -0x2000, bits)
     return bits.view(torch.float32)

@@ -4,7 +4,7 @@
 // GEMM view of the whole batch: D (M maps x N positions) = A (M x KR) * B (KR x N), M = output maps,
 // N = B*HO*WO (all images' output positions, image-major), KR = C*KH*KW. A is the weight tensor itself
 // ((M, C, KH, KW) is M x KR row-major), packed on the host into TF32 "big" and "small" parts (v = big + small
-// + O(2^-22 v)), zero-padded to whole tiles. B is never formed: B[k][n] = x[b][c][ho+p][wo+q] with
+// + O(2^-21 v); big truncated, so small has v's sign), zero-padded to whole tiles. B is never formed: B[k][n] = x[b][c][ho+p][wo+q] with
 // k = (c, p, q) and n = (b, ho, wo), gathered straight from the input by cp.async (4 bytes an element, out-of-
 // range k or n zero-filled) and split into big + small as a warp reads its fragments.
 // 3xTF32 (CF_SPLIT 3): d += a_small*b_big + a_big*b_small + a_big*b_big on m16n8k8 TF32 mma.sync, fp32
@@ -58,13 +58,15 @@ static_assert(BM * BK / 4 % NT == 0, "A loader: whole 16-byte copies per thread"
 static_assert(STAGES >= 2, "at least two stages");
 static_assert(SPLIT == 1 || SPLIT == 3, "CF_SPLIT is 1 or 3");
 
-// v = big + small (TF32 bit patterns); an infinite or NaN big gets a zero small part (Inf - Inf would be NaN)
+// v = big + small (TF32 bit patterns); an infinite or NaN v gets a zero small part (Inf - Inf would be NaN).
+// (The weights' split, on the host, truncates big so that small has big's sign: an Inf input then meets
+// a_big and a_small of one sign, never +Inf - Inf.)
 __device__ __forceinline__ void split_tf32(float v, unsigned& big, unsigned& small)
 {
     big = tf32_bits<true>(v) & 0xffffe000u;
     if constexpr (SPLIT == 3) {
-        const float rest = (big & 0x7f800000u) == 0x7f800000u ? 0.0f : v - __uint_as_float(big);
-        small = tf32_bits<true>(rest);
+        const bool finite = (big & 0x7f800000u) != 0x7f800000u;
+        small = tf32_bits<true>(finite ? v - __uint_as_float(big) : 0.0f);
     }
 }
 

@@ -1,0 +1,86 @@
+"""Device-side extras for the cuda-igemm run (issue #24): warm the CuPy cache for every shape the run compiles
+(in parallel processes), then time cuDNN with TF32 on (F.conv2d, cudnn.benchmark) on the named shape sets and
+the cuBLAS TF32 / fp32 matrix-product rates (the tensor-core ceiling 3xTF32 is held to: TF32 rate / 3).
+
+    python3 scripts/igemm_extra.py warm            # compile every (shape set, precision) kernel, 12 processes
+    python3 scripts/igemm_extra.py tf32 OUT.json   # cuDNN TF32 medians + matmul rates
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from concurrent.futures import ProcessPoolExecutor
+
+
+def _compile(spec):
+    from convforge.conv import cuda_common as cc
+    cc.cupy().RawModule(code=cc.load_source(spec.source), options=spec.options()).get_function("conv_igemm")
+    return spec
+
+
+def _specs():
+    from convforge.conv import cuda_igemm
+    from convforge.harness.bench import SHAPE_SETS
+    specs = set()
+    for shapes in SHAPE_SETS.values():
+        for B, M, C, H, W, K in shapes:
+            for precision in cuda_igemm.PRECISIONS:
+                specs.update(cuda_igemm.kernel_specs(M, C, H, W, K, precision))
+    return sorted(specs, key=repr)
+
+
+def warm() -> None:
+    import multiprocessing as mp
+    specs = _specs()
+    with ProcessPoolExecutor(12, mp_context=mp.get_context("spawn")) as pool:
+        done = list(pool.map(_compile, specs))
+    print(f"warmed {len(done)} kernels")
+
+
+def _median_ms(fn, reps=10):
+    import torch
+    fn(); fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record(); fn(); b.record(); b.synchronize()
+        times.append(a.elapsed_time(b))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def tf32(out: str) -> None:
+    import torch
+    import torch.nn.functional as F
+    from convforge.harness.bench import SHAPE_SETS
+    torch.backends.cudnn.benchmark = True
+    result = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
+              "rows": []}
+    n = 8192
+    a, b = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda")
+    for flag in (False, True):
+        torch.backends.cuda.matmul.allow_tf32 = flag
+        ms = _median_ms(lambda: a @ b)
+        result["matmul_tf32" if flag else "matmul_fp32"] = {"ms": ms, "tflops": 2 * n ** 3 / ms / 1e9}
+    del a, b
+    torch.backends.cudnn.allow_tf32 = True
+    for name, shapes in SHAPE_SETS.items():
+        for B, M, C, H, W, K in shapes:
+            x = torch.randn(B, C, H, W, device="cuda")
+            w = torch.randn(M, C, K, K, device="cuda")
+            ms = _median_ms(lambda: F.conv2d(x, w), reps=5)
+            flops = 2 * B * M * C * (H - K + 1) * (W - K + 1) * K * K
+            result["rows"].append({"set": name, "B": B, "M": M, "C": C, "H": H, "W": W, "K": K,
+                                   "cudnn_tf32_ms": ms, "gflops": flops / ms / 1e6})
+            del x, w
+            torch.cuda.empty_cache()
+    torch.backends.cudnn.allow_tf32 = False
+    with open(out, "w") as handle:
+        json.dump(result, handle, indent=1)
+    print(json.dumps({k: v for k, v in result.items() if k != "rows"}))
+
+
+if __name__ == "__main__":
+    {"warm": lambda: warm(), "tf32": lambda: tf32(sys.argv[2])}[sys.argv[1]]()
