@@ -4,6 +4,7 @@ the cuBLAS TF32 / fp32 matrix-product rates (the tensor-core ceiling 3xTF32 is h
 
     python3 scripts/igemm_extra.py warm            # compile every (shape set, precision) kernel, 12 processes
     python3 scripts/igemm_extra.py tf32 OUT.json   # cuDNN TF32 medians + matmul rates
+    python3 scripts/igemm_extra.py sweep OUT.json  # every tile config on the gpumode + SWEEP_WIDE shapes
 """
 
 from __future__ import annotations
@@ -19,6 +20,16 @@ def _compile(spec):
     return spec
 
 
+# wide shapes the config sweep also times (indices into SHAPE_SETS["wide"]): K 1, 3, 5, 7, 11, small and large
+SWEEP_WIDE = (0, 7, 12, 18, 22, 26, 33)
+VERIFY_CASES = 4
+
+
+def _sweep_shapes():
+    from convforge.harness.bench import SHAPE_SETS
+    return list(SHAPE_SETS["gpumode"]) + [SHAPE_SETS["wide"][i] for i in SWEEP_WIDE]
+
+
 def _specs():
     from convforge.conv import cuda_igemm
     from convforge.harness.bench import SHAPE_SETS
@@ -27,7 +38,47 @@ def _specs():
         for B, M, C, H, W, K in shapes:
             for precision in cuda_igemm.PRECISIONS:
                 specs.update(cuda_igemm.kernel_specs(M, C, H, W, K, precision))
+    from convforge.harness.verify import default_cases
+    for case in default_cases(0, VERIFY_CASES, "cuda"):     # what `verify --cases VERIFY_CASES` compiles
+        s = case.shape
+        for precision in cuda_igemm.PRECISIONS:
+            specs.update(cuda_igemm.kernel_specs(s.M, s.C, s.H, s.W, s.K, precision))
+    for B, M, C, H, W, K in _sweep_shapes():
+        for precision in cuda_igemm.PRECISIONS:
+            for config in cuda_igemm.LAUNCH_CONFIGS:
+                try:
+                    specs.update(cuda_igemm.kernel_specs(M, C, H, W, K, precision, config))
+                except ValueError:
+                    pass
     return sorted(specs, key=repr)
+
+
+def sweep(out: str) -> None:
+    import torch
+    from convforge.conv import cuda_igemm
+    rows = []
+    for B, M, C, H, W, K in _sweep_shapes():
+        x = torch.randn(B, C, H, W, device="cuda")
+        w = torch.randn(M, C, K, K, device="cuda")
+        flops = 2 * B * M * C * (H - K + 1) * (W - K + 1) * K * K
+        for precision in cuda_igemm.PRECISIONS:
+            for ci, config in enumerate(cuda_igemm.LAUNCH_CONFIGS):
+                try:
+                    fn = cuda_igemm.prepare(w, None, precision=precision, config=config)
+                    ms = _median_ms(lambda: fn(x), reps=5)
+                except Exception as exc:   # a config that does not fit
+                    rows.append({"shape": [B, M, C, H, W, K], "precision": precision, "config": ci, "error": repr(exc)})
+                    continue
+                default = cuda_igemm.plan(M, C, H, W, K, K, precision).spec() == \
+                    cuda_igemm.plan(M, C, H, W, K, K, precision, config).spec()
+                rows.append({"shape": [B, M, C, H, W, K], "precision": precision, "config": ci, "ms": ms,
+                             "tflops": flops / ms / 1e9, "default": default})
+                print(f"{B},{M},{C},{H},{W},{K} {precision} cfg{ci}{'*' if default else ' '} {ms:8.3f} ms "
+                      f"{flops / ms / 1e9:6.1f} TFLOP/s")
+        del x, w
+        torch.cuda.empty_cache()
+    with open(out, "w") as handle:
+        json.dump({"configs": list(cuda_igemm.LAUNCH_CONFIGS), "rows": rows}, handle, indent=1)
 
 
 def warm() -> None:
@@ -83,4 +134,4 @@ def tf32(out: str) -> None:
 
 
 if __name__ == "__main__":
-    {"warm": lambda: warm(), "tf32": lambda: tf32(sys.argv[2])}[sys.argv[1]]()
+    {"warm": lambda: warm(), "tf32": lambda: tf32(sys.argv[2]), "sweep": lambda: sweep(sys.argv[2])}[sys.argv[1]]()

@@ -38,6 +38,8 @@ LAUNCH_CONFIGS: tuple[dict, ...] = (
     {"bm": 128, "bn": 128, "bk": 32, "wm": 64, "wn": 32, "stages": 3, "minb": 1},
     {"bm": 64, "bn": 256, "bk": 16, "wm": 32, "wn": 64, "stages": 3, "minb": 1},
     {"bm": 128, "bn": 128, "bk": 16, "wm": 64, "wn": 32, "stages": 4, "minb": 1},
+    {"bm": 128, "bn": 64, "bk": 16, "wm": 64, "wn": 32, "stages": 4, "minb": 2},
+    {"bm": 64, "bn": 64, "bk": 16, "wm": 32, "wn": 32, "stages": 4, "minb": 3},
 )
 # minb: __launch_bounds__'s minimum blocks per SM (2 caps the 256-thread configs at 128 registers: nvcc 13.0
 # sm_90, no spills, 128x128 3xTF32 139 -> 128 registers, so two blocks fit an SM)

@@ -160,12 +160,13 @@ conv_igemm(float* __restrict__ y, const float* __restrict__ x, const float* __re
                 if constexpr (SPLIT == 3) {
                     const unsigned asm_[4] = {__float_as_uint(as_small[o0]), __float_as_uint(as_small[o1]),
                                               __float_as_uint(as_small[o0 + 4]), __float_as_uint(as_small[o1 + 4])};
+                    // small terms first; term-major, so NI independent accumulators separate dependent mmas
 #pragma unroll
-                    for (int j = 0; j < NI; ++j) {
-                        mma<0>(acc[i][j], asm_, bb[j][0], bb[j][1]);     // small terms first
-                        mma<0>(acc[i][j], ab, bsm[j][0], bsm[j][1]);
-                        mma<0>(acc[i][j], ab, bb[j][0], bb[j][1]);
-                    }
+                    for (int j = 0; j < NI; ++j) mma<0>(acc[i][j], asm_, bb[j][0], bb[j][1]);
+#pragma unroll
+                    for (int j = 0; j < NI; ++j) mma<0>(acc[i][j], ab, bsm[j][0], bsm[j][1]);
+#pragma unroll
+                    for (int j = 0; j < NI; ++j) mma<0>(acc[i][j], ab, bb[j][0], bb[j][1]);
                 } else {
 #pragma unroll
                     for (int j = 0; j < NI; ++j) mma<0>(acc[i][j], ab, bb[j][0], bb[j][1]);
