@@ -84,7 +84,7 @@ def test_registry_entries_and_headers():
 def test_planning():
     g = cuda_igemm.plan(128, 64, 128, 128, 8, 8, "tf32x3")
     assert (g.bm, g.bn, g.nt, g.kr, g.kp % g.bk) == (128, 128, 256, 4096, 0)
-    assert g.smem_bytes == 4 * 3 * (2 * 128 * 20 + 16 * 136)
+    assert g.smem_bytes == 4 * 3 * (2 * 128 * 16 + 16 * 136)
     assert cuda_igemm.plan(64, 64, 32, 32, 3, 3, "tf32").bm == 64
     assert cuda_igemm.plan(16, 64, 32, 32, 3, 3, "tf32").bm == 32
     assert cuda_igemm.plan(128, 64, 32, 32, 3, 3, "tf32").smem_bytes < g.smem_bytes   # no small A part
@@ -102,7 +102,8 @@ def test_planning():
         cuda_igemm.plan(10, 2, 8, 8, 3, 3, "fp16")
 
 
-def test_weight_split_is_exact_to_2_pow_minus_21_and_keeps_the_sign():
+def test_weight_split_is_exact_to_2_pow_minus_21_and_keeps_the_sign(monkeypatch):
+    monkeypatch.setattr(cuda_igemm, "fragment_order", lambda a, geom: a)   # the split, in row-major order
     g = cuda_igemm.plan(7, 3, 9, 9, 3, 3, "tf32x3")
     w = torch.randn(7, 3, 3, 3, generator=torch.Generator().manual_seed(3)) * torch.logspace(-3, 3, 7).view(-1, 1, 1, 1)
     big, small = cuda_igemm.pack_weights(w, g)
@@ -116,6 +117,24 @@ def test_weight_split_is_exact_to_2_pow_minus_21_and_keeps_the_sign():
     assert torch.all(torch.sign(small[:7, :27]) == torch.sign(w.reshape(7, -1)))   # Inf inputs: no Inf - Inf
     inf = cuda_igemm.pack_weights(torch.full((1, 1, 1, 1), float("inf")), cuda_igemm.plan(1, 1, 2, 2, 1, 1, "tf32x3"))
     assert inf[0][0, 0] == float("inf") and inf[1][0, 0] == 0
+
+
+def test_fragment_order():
+    """Element (row, col) of the padded A lands where lane g*4+t's register a0..a3 of its tile expects it."""
+    g = cuda_igemm.plan(40, 5, 9, 9, 3, 3, "tf32", {"bm": 32, "bn": 128, "bk": 16, "wm": 32, "wn": 32})
+    rows, cols = g.mtiles * g.bm, g.kp
+    a = torch.arange(rows * cols, dtype=torch.float32).reshape(rows, cols)
+    flat = cuda_igemm.fragment_order(a, g)
+    kt_count = g.kp // g.bk
+    for row, col in ((0, 0), (9, 3), (17, 21), (45, 47), (63, 5), (38, 44)):
+        mt, r = divmod(row, g.bm)
+        kt, c = divmod(col, g.bk)
+        rg, rr = divmod(r, 16)
+        ks, cc = divmod(c, 8)
+        h, gg = divmod(rr, 8)
+        u, t = divmod(cc, 4)
+        index = ((((mt * kt_count + kt) * (g.bk // 8) + ks) * (g.bm // 16) + rg) * 32 + gg * 4 + t) * 4 + u * 2 + h
+        assert flat[index] == a[row, col], (row, col)
 
 
 # -- the host emulation --------------------------------------------------------------------------------------

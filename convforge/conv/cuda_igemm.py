@@ -85,7 +85,7 @@ class IgemmGeometry:
     def nt(self): return 32 * (self.bm // self.wm) * (self.bn // self.wn)
     @property
     def stage_floats(self):
-        return (2 if self.split == 3 else 1) * self.bm * (self.bk + 4) + self.bk * (self.bn + 8)
+        return (2 if self.split == 3 else 1) * self.bm * self.bk + self.bk * (self.bn + 8)
     @property
     def smem_bytes(self): return 4 * self.stages * self.stage_floats
 
@@ -126,22 +126,33 @@ def kernel_specs(M: int, C: int, H: int, W: int, K: int, precision: str = "tf32x
 
 
 def pack_weights(weight: torch.Tensor, geom: IgemmGeometry) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-    """A = weights as (M, C*KH*KW), zero-padded to (mtiles*bm, kp), as TF32 bit patterns. One product: rounded
-    to nearest, ties away (as cvt.rna). 3xTF32: big = the weight truncated to TF32 and small = the rest rounded
-    to TF32 (|w - big - small| <= 2^-21 |w|), so that small has w's sign: an Inf input x then contributes
-    small*x and big*x of one sign, never Inf - Inf. Where the rest is zero, small = w * 2^-30 (of w's sign, a
-    2^-30 relative change) for the same reason; an infinite weight gets small = 0. (An infinite weight against
-    an input whose two parts differ in sign gives NaN where fp32 gives Inf: not served.)"""
+    """A = weights as (M, C*KH*KW), zero-padded to (mtiles*bm, kp), as TF32 bit patterns, in fragment order
+    (``fragment_order``). One product: rounded to nearest, ties away (as cvt.rna). 3xTF32: big = the weight
+    truncated to TF32 and small = the rest rounded to TF32 (|w - big - small| <= 2^-21 |w|), so that small has
+    w's sign: an Inf input x then contributes small*x and big*x of one sign, never Inf - Inf. Where the rest
+    is zero, small = w * 2^-30 (of w's sign, a 2^-30 relative change) for the same reason; an infinite weight
+    gets small = 0. (An infinite weight against an input whose two parts differ in sign gives NaN where fp32
+    gives Inf: not served.)"""
     M = weight.shape[0]
     a = torch.zeros(geom.mtiles * geom.bm, geom.kp, dtype=torch.float32, device=weight.device)
     a[:M, :geom.kr] = weight.reshape(M, -1)
     if geom.split == 1:
-        return _tf32(a), None
+        return fragment_order(_tf32(a), geom), None
     finite = torch.isfinite(a)
     big = torch.where(finite, (a.view(torch.int32) & -0x2000).view(torch.float32), a)
     rest = torch.where(finite, a - big, torch.zeros_like(a))
     small = torch.where(rest == 0, a * 2.0 ** -30, _tf32(rest))
-    return big.contiguous(), torch.where(finite, small, torch.zeros_like(a)).contiguous()
+    return fragment_order(big, geom), fragment_order(torch.where(finite, small, torch.zeros_like(a)), geom)
+
+
+def fragment_order(a: torch.Tensor, geom: IgemmGeometry) -> torch.Tensor:
+    """(mtiles*bm, kp) -> [mtile][ktile][k step of 8][16-row group][lane][a0..a3], flat: the m16n8k8 A fragment
+    layout, a0 (g, t) a1 (g+8, t) a2 (g, t+4) a3 (g+8, t+4) with g = lane/4, t = lane%4."""
+    mt, kt, ks, rg = geom.mtiles, geom.kp // geom.bk, geom.bk // 8, geom.bm // 16
+    # rows: mtile, group, h (+8), g; columns: ktile, step, u (+4), t
+    v = a.reshape(mt, rg, 2, 8, kt, ks, 2, 4)                     # [mt][rg][h][g][kt][ks][u][t]
+    v = v.permute(0, 4, 5, 1, 3, 7, 6, 2)                          # [mt][kt][ks][rg][g][t][u][h]
+    return v.contiguous().reshape(-1)                              # lane = g*4 + t; register = u*2 + h
 
 
 def _tf32(t: torch.Tensor) -> torch.Tensor:

@@ -12,9 +12,10 @@
 //
 // Tiles: a block computes BM maps x BN positions, looping over KR in BK steps through a STAGES-deep cp.async
 // ring (stage s+STAGES-1 is loaded while stage s is multiplied); warps own WM x WN sub-tiles of 16x8 mma
-// tiles. Shared layouts (pitches in floats) avoid bank conflicts on the fragment reads:
-//   A: [BM][BK+4]: lanes (g, t) read row g, column t: banks g*(BK+4)+t, all distinct for BK = 16 or 32;
-//      filled by 16-byte cp.async (the pitch keeps rows 16-byte aligned).
+// tiles. Shared layouts avoid bank conflicts on the fragment reads:
+//   A: packed on the host in fragment order, [mtile][ktile][k step][16-row group][lane][a0..a3], so a tile is
+//      one contiguous block (16-byte cp.async, coalesced) and a lane's fragment one 16-byte shared load
+//      (consecutive lanes, consecutive 16 bytes: conflict-free).
 //   B: [BK][BN+8]: lanes read row t, column g: banks t*(BN+8)+g = 8t+g (BN a multiple of 32), distinct;
 //      filled by 4-byte cp.async along rows (consecutive threads, consecutive n: coalesced within an output row).
 // Fragments (PTX ISA, m16n8k8 tf32; g = lane/4, t = lane%4): a0 (g, t) a1 (g+8, t) a2 (g, t+4) a3 (g+8, t+4);
@@ -43,8 +44,8 @@ constexpr int MI = WM / 16, NI = WN / 8;                // mma tiles per warp
 constexpr int KT = (KR + BK - 1) / BK;                  // k tiles
 constexpr int KP = KT * BK;                             // A's padded row length
 constexpr int MTILES = (M + BM - 1) / BM;
-constexpr int AP = BK + 4, BP = BN + 8;                 // shared pitches (floats)
-constexpr int A_FLOATS = BM * AP, B_FLOATS = BK * BP;
+constexpr int BP = BN + 8;                              // B's shared pitch (floats)
+constexpr int A_FLOATS = BM * BK, B_FLOATS = BK * BP;
 constexpr int STAGE_FLOATS = (SPLIT == 3 ? 2 : 1) * A_FLOATS + B_FLOATS;
 constexpr int SMEM_BYTES = 4 * STAGES * STAGE_FLOATS;
 constexpr int B_ROWS = NT / BN;                         // k rows a pass of the B loader covers
@@ -52,7 +53,7 @@ constexpr int B_PER_THREAD = BK / B_ROWS;
 constexpr int A_PER_THREAD = BM * BK / 4 / NT;          // 16-byte copies per thread per A part
 
 static_assert(BM % WM == 0 && BN % WN == 0 && WM % 16 == 0 && WN % 8 == 0, "tile shapes");
-static_assert(BK % 8 == 0 && (BK == 16 || BK == 32), "BK must be 16 or 32 (the A pitch is conflict-free there)");
+static_assert(BK == 16 || BK == 32, "BK must be 16 or 32");
 static_assert(BN % 32 == 0 && NT % BN == 0 && BK % B_ROWS == 0, "B loader: whole k rows per pass");
 static_assert(BM * BK / 4 % NT == 0, "A loader: whole 16-byte copies per thread");
 static_assert(STAGES >= 2, "at least two stages");
@@ -103,10 +104,10 @@ conv_igemm(float* __restrict__ y, const float* __restrict__ x, const float* __re
         float* const bs = as + (SPLIT == 3 ? 2 : 1) * A_FLOATS;
 #pragma unroll
         for (int i = 0; i < A_PER_THREAD; ++i) {
-            const int idx = tid + i * NT, row = idx / (BK / 4), col = (idx % (BK / 4)) * 4;
-            const long long src = (long long)(m0 + row) * KP + kt * BK + col;
-            copy_async16(as + row * AP + col, a_big + src);
-            if constexpr (SPLIT == 3) copy_async16(as + A_FLOATS + row * AP + col, a_small + src);
+            const int off = 4 * (tid + i * NT);           // the tile is contiguous in fragment order
+            const long long src = ((long long)mtile * KT + kt) * A_FLOATS + off;
+            copy_async16(as + off, a_big + src);
+            if constexpr (SPLIT == 3) copy_async16(as + A_FLOATS + off, a_small + src);
         }
 #pragma unroll
         for (int i = 0; i < B_PER_THREAD; ++i) {
@@ -153,13 +154,15 @@ conv_igemm(float* __restrict__ y, const float* __restrict__ x, const float* __re
             }
 #pragma unroll
             for (int i = 0; i < MI; ++i) {
-                const int r = wm0 + i * 16 + g;
-                const int o0 = r * AP + kk + t, o1 = o0 + 8 * AP;
-                const unsigned ab[4] = {__float_as_uint(as[o0]), __float_as_uint(as[o1]),
-                                        __float_as_uint(as[o0 + 4]), __float_as_uint(as[o1 + 4])};
+                // this lane's a0..a3 of 16-row group (wm0/16 + i), k step kk/8: one 16-byte load
+                const int o = (((kk / 8) * (BM / 16) + wm0 / 16 + i) * 32 + lane) * 4;
+                const float4 vb = *reinterpret_cast<const float4*>(as + o);
+                const unsigned ab[4] = {__float_as_uint(vb.x), __float_as_uint(vb.y), __float_as_uint(vb.z),
+                                        __float_as_uint(vb.w)};
                 if constexpr (SPLIT == 3) {
-                    const unsigned asm_[4] = {__float_as_uint(as_small[o0]), __float_as_uint(as_small[o1]),
-                                              __float_as_uint(as_small[o0 + 4]), __float_as_uint(as_small[o1 + 4])};
+                    const float4 vs = *reinterpret_cast<const float4*>(as_small + o);
+                    const unsigned asm_[4] = {__float_as_uint(vs.x), __float_as_uint(vs.y), __float_as_uint(vs.z),
+                                              __float_as_uint(vs.w)};
                     // small terms first; term-major, so NI independent accumulators separate dependent mmas
 #pragma unroll
                     for (int j = 0; j < NI; ++j) mma<0>(acc[i][j], asm_, bb[j][0], bb[j][1]);
