@@ -213,6 +213,28 @@ def test_emulated_accuracy_on_wide_dynamic_range(emulation):
 
 
 @needs_cxx
+def test_emulated_denormals_read_as_zero(emulation):
+    """As every CUDA kernel here (CuPy compiles with -ftz): a denormal input or weight counts as zero. Channel 0
+    holds denormal inputs against 2^100 weights (products ~2^-30, they would dominate), channel 1 normal inputs
+    against tiny weights (products ~2^-36), channel 2 normal inputs against a denormal weight times 2^-20."""
+    g = torch.Generator().manual_seed(8)
+    x = torch.rand(2, 3, 6, 6, generator=g) + 0.5
+    x[:, 0] *= 2.0 ** -130
+    w = torch.rand(3, 3, 2, 2, generator=g) + 0.5
+    w[:, 0] *= 2.0 ** 100
+    w[:, 1] *= 2.0 ** -36
+    w[:, 2] *= 2.0 ** -128
+    tiny = torch.finfo(torch.float32).tiny
+    assert bool((x[:, 0].abs() < tiny).all()) and bool((w[:, 2].abs() < tiny).all())
+    flushed = [torch.where(t.abs() < tiny, 0.0, t) for t in (x, w)]
+    ref = _reference(flushed[0], flushed[1], None)
+    assert relative_error(torch.from_numpy(_reference(x, w, None)).float(), ref) > 0.5   # the flush matters
+    for name in NAMES:
+        fn, tolerance = _prepare(name, w, None)
+        assert relative_error(fn(x), ref) <= tolerance, name
+
+
+@needs_cxx
 def test_emulated_refuses_what_it_does_not_serve(emulation):
     x, w, b = _data((1, 4, 3, 8, 8, 3, 3), seed=1)
     fn, _ = _prepare("cuda-igemm-3xtf32", w, b)

@@ -132,10 +132,12 @@ def pack_weights(weight: torch.Tensor, geom: IgemmGeometry) -> tuple[torch.Tenso
     w's sign: an Inf input x then contributes small*x and big*x of one sign, never Inf - Inf. Where the rest
     is zero, small = w * 2^-30 (of w's sign, a 2^-30 relative change) for the same reason; an infinite weight
     gets small = 0. (An infinite weight against an input whose two parts differ in sign gives NaN where fp32
-    gives Inf: not served.)"""
+    gives Inf: not served.) Denormal weights are zero, as the -ftz kernels read them (tests/test_fuzz.py's
+    flushing reference)."""
     M = weight.shape[0]
     a = torch.zeros(geom.mtiles * geom.bm, geom.kp, dtype=torch.float32, device=weight.device)
     a[:M, :geom.kr] = weight.reshape(M, -1)
+    a = torch.where(a.abs() < torch.finfo(torch.float32).tiny, torch.zeros_like(a), a)   # denormals read as zero
     if geom.split == 1:
         return fragment_order(_tf32(a), geom), None
     finite = torch.isfinite(a)

@@ -64,6 +64,7 @@ static_assert(SPLIT == 1 || SPLIT == 3, "CF_SPLIT is 1 or 3");
 // a_big and a_small of one sign, never +Inf - Inf.)
 __device__ __forceinline__ void split_tf32(float v, unsigned& big, unsigned& small)
 {
+    if ((__float_as_uint(v) & 0x7f800000u) == 0u) v = 0.0f;   // a denormal reads as zero, as in every kernel here (-ftz)
     big = tf32_bits<true>(v) & 0xffffe000u;
     if constexpr (SPLIT == 3) {
         const bool finite = (big & 0x7f800000u) != 0x7f800000u;
