@@ -172,10 +172,11 @@ def test_emulated_every_tile_config(emulation):
     shape = (2, 70, 12, 11, 13, 3, 2)      # KR = 72, N = 2*9*12 = 216: partial tiles in every dimension
     x, w, b = _data(shape, seed=11)
     ref = _reference(x, w, b)
-    for config in cuda_igemm.LAUNCH_CONFIGS:
+    for config in cuda_igemm.LAUNCH_CONFIGS + ({**cuda_igemm.LAUNCH_CONFIGS[1], "epi": 0},):
         for name in NAMES:
             fn, tolerance = _prepare(name, w, b, config=config)
             _check(fn, x, ref, tolerance, f"{name} {config} (emulated)")
+            assert fn.layer_for(11, 13).geom.epi == config.get("epi", fn.layer_for(11, 13).geom.epi)
 
 
 @needs_cxx

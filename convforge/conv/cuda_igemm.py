@@ -19,7 +19,7 @@ Compiled once per (layer shape without the weights, tile config, split), cached 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 import torch
@@ -29,7 +29,7 @@ from convforge.conv import cuda_common as cc
 SOURCE = "igemm.cu"
 PRECISIONS = ("tf32x3", "tf32")
 SMEM_OPTIN_DEFAULT = 227 * 1024
-CONFIG_KEYS = ("bm", "bn", "bk", "wm", "wn", "stages", "minb")
+CONFIG_KEYS = ("bm", "bn", "bk", "wm", "wn", "stages", "minb", "epi")
 # Tile configs by the number of maps (the GEMM's M): blocks as tall as the maps need, 128 positions wide.
 LAUNCH_CONFIGS: tuple[dict, ...] = (
     {"bm": 128, "bn": 128, "bk": 16, "wm": 64, "wn": 32, "stages": 3, "minb": 2},
@@ -47,8 +47,8 @@ LAUNCH_CONFIGS: tuple[dict, ...] = (
 
 def default_config(M: int) -> dict:
     if M > 64:
-        return dict(LAUNCH_CONFIGS[0])
-    return dict(LAUNCH_CONFIGS[1] if M > 32 else LAUNCH_CONFIGS[2])
+        return dict(LAUNCH_CONFIGS[0], epi=1)
+    return dict(LAUNCH_CONFIGS[1] if M > 32 else LAUNCH_CONFIGS[2], epi=1)
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,7 @@ class IgemmGeometry:
     wn: int = 32
     stages: int = 3
     minb: int = 2
+    epi: int = 1                # 1: output tile staged through shared memory (coalesced rows), 0: fragment stores
 
     @property
     def split(self): return 3 if self.precision == "tf32x3" else 1
@@ -93,7 +94,7 @@ class IgemmGeometry:
         return cc.KernelSpec.of(SOURCE, CF_M=self.M, CF_C=self.C, CF_H=self.H, CF_W=self.W, CF_KH=self.KH,
                                 CF_KW=self.KW, CF_BM=self.bm, CF_BN=self.bn, CF_BK=self.bk, CF_WM=self.wm,
                                 CF_WN=self.wn, CF_STAGES=self.stages, CF_SPLIT=self.split,
-                                CF_MINB=self.minb)
+                                CF_MINB=self.minb, CF_EPI=self.epi)
 
 
 def plan(M: int, C: int, H: int, W: int, KH: int, KW: int, precision: str, config: Optional[dict] = None,
@@ -106,10 +107,12 @@ def plan(M: int, C: int, H: int, W: int, KH: int, KW: int, precision: str, confi
     if unknown:
         raise ValueError(f"unknown launch parameters {sorted(unknown)} (known: {', '.join(CONFIG_KEYS)})")
     geom = IgemmGeometry(M, C, H, W, KH, KW, precision, **{k: int(cfg[k]) for k in CONFIG_KEYS})
+    if "epi" not in (config or {}) and geom.bm * (geom.bn + 8) > geom.stages * geom.stage_floats:
+        geom = replace(geom, epi=0)   # the staged epilogue reuses the ring; a smaller ring keeps fragment stores
     g = geom
     if (g.bm % g.wm or g.bn % g.wn or g.wm % 16 or g.wn % 8 or g.bk not in (16, 32) or g.bn % 32
             or g.nt % g.bn or g.bk % (g.nt // g.bn) or (g.bm * g.bk // 4) % g.nt or g.stages < 2 or g.nt > 1024
-            or g.minb < 1):
+            or g.minb < 1 or g.epi not in (0, 1) or (g.epi and g.bm * (g.bn + 8) > g.stages * g.stage_floats)):
         raise ValueError(f"bad tile config {cfg}: bm % wm == bn % wn == 0, wm % 16 == wn % 8 == 0, bk 16 or 32, "
                          "bn a multiple of 32 dividing the thread count, at least 2 stages")
     if g.smem_bytes > smem_optin:

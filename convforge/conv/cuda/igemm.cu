@@ -21,13 +21,16 @@
 // Fragments (PTX ISA, m16n8k8 tf32; g = lane/4, t = lane%4): a0 (g, t) a1 (g+8, t) a2 (g, t+4) a3 (g+8, t+4);
 // b0 (k t, n g) b1 (k t+4, n g); c0 (g, 2t) c1 (g, 2t+1) c2 (g+8, 2t) c3 (g+8, 2t+1).
 // Constants: CF_M CF_C CF_H CF_W CF_KH CF_KW (the layer), CF_BM CF_BN CF_BK CF_WM CF_WN CF_STAGES (tiles),
-// CF_SPLIT (3 or 1). The weights are arguments, not constants: one compile serves every layer of that shape.
+// CF_SPLIT (3 or 1), CF_EPI (1: output staged through shared memory, 0: fragment stores). The weights are arguments, not constants: one compile serves every layer of that shape.
 
 #include "async_copy.cuh"
 #include "mma.cuh"
 
 #ifndef CF_MINB
 #define CF_MINB 1
+#endif
+#ifndef CF_EPI
+#define CF_EPI 1
 #endif
 #ifndef CF_SPLIT
 #define CF_SPLIT 3
@@ -39,12 +42,13 @@ constexpr int M = CF_M, C = CF_C, H = CF_H, W = CF_W, KH = CF_KH, KW = CF_KW;
 constexpr int HO = H - KH + 1, WO = W - KW + 1, P = HO * WO, HW = H * W, KHW = KH * KW, KR = C * KHW;
 constexpr long long IMG = (long long)C * HW;
 constexpr int BM = CF_BM, BN = CF_BN, BK = CF_BK, WM = CF_WM, WN = CF_WN, STAGES = CF_STAGES, SPLIT = CF_SPLIT;
+constexpr bool EPI = CF_EPI;
 constexpr int WARPS_M = BM / WM, WARPS_N = BN / WN, NT = 32 * WARPS_M * WARPS_N;
 constexpr int MI = WM / 16, NI = WN / 8;                // mma tiles per warp
 constexpr int KT = (KR + BK - 1) / BK;                  // k tiles
-constexpr int KP = KT * BK;                             // A's padded row length
 constexpr int MTILES = (M + BM - 1) / BM;
 constexpr int BP = BN + 8;                              // B's shared pitch (floats)
+constexpr int CP = BN + 8;                              // the staged epilogue's pitch (floats)
 constexpr int A_FLOATS = BM * BK, B_FLOATS = BK * BP;
 constexpr int STAGE_FLOATS = (SPLIT == 3 ? 2 : 1) * A_FLOATS + B_FLOATS;
 constexpr int SMEM_BYTES = 4 * STAGES * STAGE_FLOATS;
@@ -57,6 +61,7 @@ static_assert(BK == 16 || BK == 32, "BK must be 16 or 32");
 static_assert(BN % 32 == 0 && NT % BN == 0 && BK % B_ROWS == 0, "B loader: whole k rows per pass");
 static_assert(BM * BK / 4 % NT == 0, "A loader: whole 16-byte copies per thread");
 static_assert(STAGES >= 2, "at least two stages");
+static_assert(!CF_EPI || BM * CP <= STAGES * STAGE_FLOATS, "the staged epilogue reuses the ring");
 static_assert(SPLIT == 1 || SPLIT == 3, "CF_SPLIT is 1 or 3");
 
 // v = big + small (TF32 bit patterns); an infinite or NaN v gets a zero small part (Inf - Inf would be NaN).
@@ -181,20 +186,44 @@ conv_igemm(float* __restrict__ y, const float* __restrict__ x, const float* __re
     copy_wait<0>();                 // no copy may still be in flight when the block exits
 
     // epilogue: c0 (g, 2t) c1 (g, 2t+1) c2 (g+8, 2t) c3 (g+8, 2t+1) -> y[b][m][p], n = b*P + p
+    if constexpr (EPI) {
+        // staged: the tile goes to shared memory (float2 stores, pitch BN+8: lanes' 8t+2g words, conflict-free
+        // per half warp), then each thread writes one fixed position column down the maps: a warp stores 32
+        // consecutive positions of one map (coalesced), where fragment stores write 8 maps x 8 floats.
+        __syncthreads();                                        // every warp is done reading the ring
+        float* const cs = smem;
 #pragma unroll
-    for (int j = 0; j < NI; ++j) {
+        for (int i = 0; i < MI; ++i)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-            const int n = n0 + wn0 + j * 8 + 2 * t + e;
-            if (n >= N) continue;
+            for (int j = 0; j < NI; ++j)
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+                    *reinterpret_cast<float2*>(cs + (wm0 + i * 16 + g + 8 * h) * CP + wn0 + j * 8 + 2 * t) =
+                        make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+        __syncthreads();
+        const int c = tid % BN, n = n0 + c;                    // one column a thread (NT % BN == 0)
+        if (n < N) {
             const int b = n / P, p = n - b * P;
             float* const yb = y + (long long)b * M * P + p;
+            for (int r = tid / BN; r < BM && m0 + r < M; r += B_ROWS)
+                yb[(long long)(m0 + r) * P] = cs[r * CP + c] + (bias ? __ldg(bias + m0 + r) : 0.0f);
+        }
+    } else {
 #pragma unroll
-            for (int i = 0; i < MI; ++i) {
+        for (int j = 0; j < NI; ++j) {
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int m = m0 + wm0 + i * 16 + g + 8 * h;
-                    if (m < M) yb[(long long)m * P] = acc[i][j][2 * h + e] + (bias ? __ldg(bias + m) : 0.0f);
+            for (int e = 0; e < 2; ++e) {
+                const int n = n0 + wn0 + j * 8 + 2 * t + e;
+                if (n >= N) continue;
+                const int b = n / P, p = n - b * P;
+                float* const yb = y + (long long)b * M * P + p;
+#pragma unroll
+                for (int i = 0; i < MI; ++i) {
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int m = m0 + wm0 + i * 16 + g + 8 * h;
+                        if (m < M) yb[(long long)m * P] = acc[i][j][2 * h + e] + (bias ? __ldg(bias + m) : 0.0f);
+                    }
                 }
             }
         }
