@@ -43,6 +43,17 @@ def _specs():
         s = case.shape
         for precision in cuda_igemm.PRECISIONS:
             specs.update(cuda_igemm.kernel_specs(s.M, s.C, s.H, s.W, s.K, precision))
+    try:   # the GPU test's shapes and configs (tests/test_cuda_igemm.py)
+        sys.path.insert(0, "tests")
+        import test_cuda_igemm as t
+        for B, M, C, H, W, KH, KW in t.SHAPES + t.GPU_SHAPES:
+            for precision in cuda_igemm.PRECISIONS:
+                specs.add(cuda_igemm.plan(M, C, H, W, KH, KW, precision).spec())
+        for config in cuda_igemm.LAUNCH_CONFIGS:
+            for precision in cuda_igemm.PRECISIONS:
+                specs.add(cuda_igemm.plan(70, 12, 11, 13, 3, 2, precision, config).spec())
+    except ImportError as exc:
+        print("warm: no test shapes:", exc)
     for B, M, C, H, W, K in _sweep_shapes():
         for precision in cuda_igemm.PRECISIONS:
             for config in cuda_igemm.LAUNCH_CONFIGS:

@@ -33,6 +33,9 @@ SHAPES = (
     (1, 64, 64, 10, 10, 3, 3),      # many channels, batch 1
     (0, 3, 2, 8, 8, 3, 3),          # empty batch
 )
+# larger ones for the GPU: gpu-mode-like (K 8 and 16, 64-128 channels), batch 64, odd sizes
+GPU_SHAPES = ((4, 64, 64, 40, 40, 8, 8), (2, 128, 128, 36, 36, 16, 16), (64, 96, 48, 17, 19, 3, 3),
+              (3, 100, 36, 57, 43, 5, 5), (2, 200, 40, 30, 33, 3, 7))
 
 
 def _data(shape, seed, bias=True):
@@ -265,8 +268,7 @@ needs_gpu = pytest.mark.skipif(not (torch.cuda.is_available() and importlib.util
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", NAMES)
 def test_gpu_shapes_and_configs(name):
-    for i, shape in enumerate(SHAPES + ((4, 64, 64, 40, 40, 8, 8), (2, 128, 128, 36, 36, 16, 16),
-                                        (64, 96, 48, 17, 19, 3, 3), (3, 100, 36, 57, 43, 5, 5))):
+    for i, shape in enumerate(SHAPES + GPU_SHAPES):
         x, w, b = _data(shape, seed=zlib.crc32(f"{name}{shape}gpu".encode()), bias=i % 2 == 0)
         fn, tolerance = _prepare(name, w.cuda(), None if b is None else b.cuda())
         _check(fn, x.cuda(), _reference(x, w, b), tolerance, f"{name} {shape}")
