@@ -30,7 +30,7 @@ def _sweep_shapes():
     return list(SHAPE_SETS["gpumode"]) + [SHAPE_SETS["wide"][i] for i in SWEEP_WIDE]
 
 
-def _specs():
+def _specs(full: bool = True):
     from convforge.conv import cuda_igemm
     from convforge.harness.bench import SHAPE_SETS
     specs = set()
@@ -43,6 +43,8 @@ def _specs():
         s = case.shape
         for precision in cuda_igemm.PRECISIONS:
             specs.update(cuda_igemm.kernel_specs(s.M, s.C, s.H, s.W, s.K, precision))
+    if not full:   # the bench sets and verify's cases only
+        return sorted(specs, key=repr)
     try:   # the GPU test's shapes and configs (tests/test_cuda_igemm.py)
         sys.path.insert(0, "tests")
         import test_cuda_igemm as t
@@ -92,9 +94,9 @@ def sweep(out: str) -> None:
         json.dump({"configs": list(cuda_igemm.LAUNCH_CONFIGS), "rows": rows}, handle, indent=1)
 
 
-def warm() -> None:
+def warm(full: bool = True) -> None:
     import multiprocessing as mp
-    specs = _specs()
+    specs = _specs(full)
     with ProcessPoolExecutor(12, mp_context=mp.get_context("spawn")) as pool:
         done = list(pool.map(_compile, specs))
     print(f"warmed {len(done)} kernels")
@@ -136,6 +138,8 @@ def tf32(out: str) -> None:
             flops = 2 * B * M * C * (H - K + 1) * (W - K + 1) * K * K
             result["rows"].append({"set": name, "B": B, "M": M, "C": C, "H": H, "W": W, "K": K,
                                    "cudnn_tf32_ms": ms, "gflops": flops / ms / 1e6})
+            with open(out, "w") as handle:    # after every shape, so a run cut short keeps what it measured
+                json.dump(result, handle, indent=1)
             del x, w
             torch.cuda.empty_cache()
     torch.backends.cudnn.allow_tf32 = False
@@ -145,4 +149,4 @@ def tf32(out: str) -> None:
 
 
 if __name__ == "__main__":
-    {"warm": lambda: warm(), "tf32": lambda: tf32(sys.argv[2]), "sweep": lambda: sweep(sys.argv[2])}[sys.argv[1]]()
+    {"warm": lambda: warm(), "warm-lite": lambda: warm(False), "tf32": lambda: tf32(sys.argv[2]), "sweep": lambda: sweep(sys.argv[2])}[sys.argv[1]]()
