@@ -29,7 +29,7 @@ from convforge.conv import cuda_common as cc
 SOURCE = "igemm.cu"
 PRECISIONS = ("tf32x3", "tf32")
 SMEM_OPTIN_DEFAULT = 227 * 1024
-CONFIG_KEYS = ("bm", "bn", "bk", "wm", "wn", "stages", "minb", "epi")
+CONFIG_KEYS = ("bm", "bn", "bk", "wm", "wn", "stages", "minb", "epi", "flush")
 # Tile configs by the number of maps (the GEMM's M): blocks as tall as the maps need, 128 positions wide.
 LAUNCH_CONFIGS: tuple[dict, ...] = (
     {"bm": 128, "bn": 128, "bk": 16, "wm": 64, "wn": 32, "stages": 3, "minb": 2},
@@ -41,14 +41,21 @@ LAUNCH_CONFIGS: tuple[dict, ...] = (
     {"bm": 128, "bn": 64, "bk": 16, "wm": 64, "wn": 32, "stages": 4, "minb": 2},
     {"bm": 64, "bn": 64, "bk": 16, "wm": 32, "wn": 32, "stages": 4, "minb": 3},
 )
+# FLUSH_NOTE: the tensor cores' fp32 accumulation truncates. Accumulating all of C*KH*KW in the mma accumulator
+# (flush 0) biased every output toward zero: on an H100 (2026-11-25, benchmarks/2026-11-25-h100-igemm-3xtf32)
+# 3xTF32 measured relative errors 2.8e-5 (gpumode K = 8, C*K*K = 4096), 1.2e-4 (16384), 2.2e-4 (32768) and
+# 9.1e-4 (131072) against float64, over the exact tolerance 1e-5. flush 1 sums each k step's three products in a
+# fresh accumulator and adds that to the running sum with an fp32 add (round to nearest), so the truncation
+# errors have both signs. The host emulation models the truncation (host_emulation.h): C*K*K = 4608 gives
+# 4.7e-5 with flush 0 and the fix brings it under 1e-5 (tests/test_cuda_igemm.py); not yet measured on a GPU.
 # minb: __launch_bounds__'s minimum blocks per SM (2 caps the 256-thread configs at 128 registers: nvcc 13.0
 # sm_90, no spills, 128x128 3xTF32 139 -> 128 registers, so two blocks fit an SM)
 
 
 def default_config(M: int) -> dict:
     if M > 64:
-        return dict(LAUNCH_CONFIGS[0], epi=1)
-    return dict(LAUNCH_CONFIGS[1] if M > 32 else LAUNCH_CONFIGS[2], epi=1)
+        return dict(LAUNCH_CONFIGS[0], epi=1, flush=1)
+    return dict(LAUNCH_CONFIGS[1] if M > 32 else LAUNCH_CONFIGS[2], epi=1, flush=1)
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,7 @@ class IgemmGeometry:
     stages: int = 3
     minb: int = 2
     epi: int = 1                # 1: output tile staged through shared memory (coalesced rows), 0: fragment stores
+    flush: int = 1              # 3xTF32: 1 sums each k step's products apart and adds them in fp32 (FLUSH_NOTE)
 
     @property
     def split(self): return 3 if self.precision == "tf32x3" else 1
@@ -94,7 +102,7 @@ class IgemmGeometry:
         return cc.KernelSpec.of(SOURCE, CF_M=self.M, CF_C=self.C, CF_H=self.H, CF_W=self.W, CF_KH=self.KH,
                                 CF_KW=self.KW, CF_BM=self.bm, CF_BN=self.bn, CF_BK=self.bk, CF_WM=self.wm,
                                 CF_WN=self.wn, CF_STAGES=self.stages, CF_SPLIT=self.split,
-                                CF_MINB=self.minb, CF_EPI=self.epi)
+                                CF_MINB=self.minb, CF_EPI=self.epi, CF_FLUSH=self.flush if self.split == 3 else 0)
 
 
 def plan(M: int, C: int, H: int, W: int, KH: int, KW: int, precision: str, config: Optional[dict] = None,
@@ -112,7 +120,7 @@ def plan(M: int, C: int, H: int, W: int, KH: int, KW: int, precision: str, confi
     g = geom
     if (g.bm % g.wm or g.bn % g.wn or g.wm % 16 or g.wn % 8 or g.bk not in (16, 32) or g.bn % 32
             or g.nt % g.bn or g.bk % (g.nt // g.bn) or (g.bm * g.bk // 4) % g.nt or g.stages < 2 or g.nt > 1024
-            or g.minb < 1 or g.epi not in (0, 1) or (g.epi and g.bm * (g.bn + 8) > g.stages * g.stage_floats)):
+            or g.minb < 1 or g.epi not in (0, 1) or g.flush not in (0, 1) or (g.epi and g.bm * (g.bn + 8) > g.stages * g.stage_floats)):
         raise ValueError(f"bad tile config {cfg}: bm % wm == bn % wn == 0, wm % 16 == wn % 8 == 0, bk 16 or 32, "
                          "bn a multiple of 32 dividing the thread count, at least 2 stages")
     if g.smem_bytes > smem_optin:
