@@ -14,6 +14,10 @@ from shared-memory tiles) and its "tensor cores" step (cuda-tc: per-image gather
 batch-wide tiles, a cp.async pipeline and fp32 accuracy.
 Bottleneck expected: tensor-core issue (three mma per product in 3xTF32) and the B-fragment splits; on few-
 channel layers (KR < ~64) the gather loads and a mostly-empty k tile: use cuda-direct / cuda-tc there.
+Measured (H100, benchmarks/2026-11-25-h100-igemm-3xtf32): TF32 reaches 101 TFLOP/s on gpu-mode's 256-px layers
+(2.8x cuDNN fp32, 0.43x cuDNN TF32, 25 % of cuBLAS's TF32 rate): mma.sync and 4-byte gathers, not wgmma/TMA.
+3xTF32 with one mma accumulator over the whole reduction failed the exact tolerance there (FLUSH_NOTE); the
+per-k-step partial sums that fix it are not yet measured on a GPU.
 Compiled once per (layer shape without the weights, tile config, split), cached like every CUDA kernel here.
 """
 
