@@ -97,7 +97,7 @@ SHAPE_SETS: dict[str, tuple[tuple[int, int, int, int, int, int], ...]] = {
         (64, 64, 64, 56, 56, 1), (32, 256, 128, 28, 28, 1), (16, 128, 16, 1024, 1024, 1), (8, 512, 512, 16, 16, 1),
         (4, 256, 256, 64, 64, 1), (16, 128, 64, 1024, 1024, 1),
         # K = 3
-        (64, 64, 64, 56, 56, 3), (32, 128, 128, 28, 28, 3), (16, 256, 256, 14, 14, 3), (8, 512, 512, 16, 16, 3),
+        (64, 64, 64, 56, 56, 3), (32, 128, 128, 28, 28, 3), (16, 256, 256, 16, 16, 3), (8, 512, 512, 16, 16, 3),
         (1, 64, 64, 224, 224, 3), (4, 128, 64, 128, 128, 3), (16, 128, 32, 1024, 1024, 3), (2, 32, 16, 512, 512, 3),
         (64, 16, 16, 64, 64, 3), (64, 128, 128, 32, 32, 3), (64, 256, 256, 16, 16, 3),
         # K = 5
@@ -187,12 +187,17 @@ def run_bench(cases: Sequence[BenchCase], impls: Sequence[ConvImpl], device: str
     rows: list[dict] = []
     failures: list[str] = []
     checked: dict[tuple, bool] = {}
+    probes: dict = {}   # this layer's check cases by fusion: data and float64 reference drawn once for all impls
 
     def passes_check(impl: ConvImpl, case: BenchCase, fusion) -> bool:
         """Whether ``impl`` is right on this layer at B = 2 (checked once per layer; a failure is recorded)."""
         key = (impl.name, case.spec, fusion)
         if key not in checked:
-            probe = Case(case.spec.label, case.spec.shape.with_batch(CHECK_BATCH), 0, case.spec.bias, fusion)
+            if probes.get("spec") != case.spec:   # a new layer: the previous layer's data and reference go
+                probes.clear()
+                probes["spec"] = case.spec
+            probe = probes.setdefault(fusion, Case(case.spec.label, case.spec.shape.with_batch(CHECK_BATCH), 0,
+                                                   case.spec.bias, fusion))
             result = verify_impl(impl, device, [probe])
             checked[key] = result.passed
             for failure in result.failures:
