@@ -58,7 +58,7 @@ def _specs(full: bool = True):
         print("warm: no test shapes:", exc)
     for B, M, C, H, W, K in _sweep_shapes():
         for precision in cuda_igemm.PRECISIONS:
-            for config in cuda_igemm.LAUNCH_CONFIGS:
+            for config in cuda_igemm.LAUNCH_CONFIGS + ({**cuda_igemm.default_config(M), "flush": 0},):
                 try:
                     specs.update(cuda_igemm.kernel_specs(M, C, H, W, K, precision, config))
                 except ValueError:
@@ -75,7 +75,12 @@ def sweep(out: str) -> None:
         w = torch.randn(M, C, K, K, device="cuda")
         flops = 2 * B * M * C * (H - K + 1) * (W - K + 1) * K * K
         for precision in cuda_igemm.PRECISIONS:
-            for ci, config in enumerate(cuda_igemm.LAUNCH_CONFIGS):
+            # every tile config; for 3xTF32 also the default tile without the per-k-step partial sums (flush 0:
+            # wrong on long reductions, timed only for what the fix costs), as config index -1
+            configs = list(enumerate(cuda_igemm.LAUNCH_CONFIGS))
+            if precision == "tf32x3":
+                configs.append((-1, {**cuda_igemm.default_config(M), "flush": 0}))
+            for ci, config in configs:
                 try:
                     fn = cuda_igemm.prepare(w, None, precision=precision, config=config)
                     ms = _median_ms(lambda: fn(x), reps=5)
