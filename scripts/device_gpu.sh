@@ -58,23 +58,28 @@ if has sweep; then   # check + time per preset layer against the measured roofli
     ${SWEEP_ARGS:-} --json "$OUT/sweep.json" 2>&1 | tee "$OUT/sweep.txt" | tail -45
 fi
 if has fuzz; then   # tests/test_fuzz.py on the GPU: one pytest process per (property, target, shard), FUZZ_JOBS at a time
-  # FUZZ_SELECT: node-id substrings to run (default: every @cuda test); FUZZ_SHARDS: processes per property and
-  # target, each with its own Hypothesis seed and FUZZ_EXAMPLES / FUZZ_SHARDS examples (kernels that compile per
-  # weight set need them). At the deadline a test gets SIGINT and records how many examples passed.
+  # FUZZ_SELECT: node-id substrings to run (default: every @cuda test), "substring=N" for N shards; FUZZ_SHARDS:
+  # processes per property and target otherwise, each with its own Hypothesis seed and FUZZ_EXAMPLES / shards
+  # examples (kernels that compile per shape or weight set need them). At the deadline a test gets SIGINT and records how many examples passed.
   ls .whl/*.whl >/dev/null 2>&1 && pip install -q --no-index --no-deps .whl/*.whl 2>&1 | grep -v WARNING | tail -2
   deadline=$(($(date +%s) + ${FUZZ_DEADLINE:-540})); shards=${FUZZ_SHARDS:-1}
-  export CONVFORGE_FUZZ_EXAMPLES=$(( (${FUZZ_EXAMPLES:-1000} + shards - 1) / shards )) CONVFORGE_FUZZ_COUNTS=$OUT/fuzz_counts.txt
+  export CONVFORGE_FUZZ_COUNTS=$OUT/fuzz_counts.txt
   export CONVFORGE_TRITON_AUTOTUNE=${CONVFORGE_TRITON_AUTOTUNE:-1}   # 1: what a user gets (triton-gemm* tune per shape)
   rm -rf /tmp/fuzz; mkdir -p /tmp/fuzz; : > "$CONVFORGE_FUZZ_COUNTS"
   python3 -m pytest tests/test_fuzz.py --collect-only -q 2>/dev/null | grep -E '@cuda\]$' > /tmp/fuzz/all.txt
-  if [ -n "${FUZZ_SELECT:-}" ]; then for s in $FUZZ_SELECT; do grep -F -- "$s" /tmp/fuzz/all.txt; done | sort -u > /tmp/fuzz/ids.txt
-  else cp /tmp/fuzz/all.txt /tmp/fuzz/ids.txt; fi
-  # the quick refusal and tiny-tanh tests first, then the properties, sharded
-  { grep -v test_fuzz_ /tmp/fuzz/ids.txt | sed 's/^/0 /'
-    grep test_fuzz_ /tmp/fuzz/ids.txt | while read -r id; do for k in $(seq 1 $shards); do echo "$k $id"; done; done; } \
-    | DEADLINE=$deadline xargs -P ${FUZZ_JOBS:-8} -L1 bash -c 'shard=$0; id=$1; n=$(echo "$id" | tr -c "A-Za-z0-9@.-" _)$shard; \
+  # "id-substring=N" in FUZZ_SELECT gives the matching tests N shards instead of FUZZ_SHARDS
+  if [ -n "${FUZZ_SELECT:-}" ]; then for s in $FUZZ_SELECT; do n=$shards; [[ $s == *=* ]] && n=${s##*=}
+      grep -F -- "${s%=*}" /tmp/fuzz/all.txt | sed "s/^/$n /"; done | sort -u -k2 > /tmp/fuzz/ids.txt
+  else sed "s/^/$shards /" /tmp/fuzz/all.txt > /tmp/fuzz/ids.txt; fi
+  # the quick refusal and tiny-tanh tests first, then the properties, sharded: "shard examples id" per job
+  examples=${FUZZ_EXAMPLES:-1000}
+  { grep -v test_fuzz_ /tmp/fuzz/ids.txt | awk '{print 0, 0, $2}'
+    grep test_fuzz_ /tmp/fuzz/ids.txt | while read -r n id; do
+      for k in $(seq 1 $n); do echo "$k $(( (examples + n - 1) / n )) $id"; done; done; } \
+    | DEADLINE=$deadline xargs -P ${FUZZ_JOBS:-8} -L1 bash -c 'shard=$0; id=$2; n=$(echo "$id" | tr -c "A-Za-z0-9@.-" _)$shard; \
         left=$((DEADLINE - $(date +%s))); seed=""; [ "$shard" != 0 ] && seed="--hypothesis-seed=$shard"; \
-        timeout -s INT -k 20 $((left > 5 ? left : 5)) python3 -m pytest -p no:cacheprovider -v --tb=short $seed "$id" \
+        CONVFORGE_FUZZ_EXAMPLES=$1 timeout -s INT -k 20 $((left > 5 ? left : 5)) \
+        python3 -m pytest -p no:cacheprovider -v --tb=short $seed "$id" \
         > /tmp/fuzz/log_$n.txt 2>&1; echo "exit $? shard $shard $id" >> /tmp/fuzz/exits.txt'
   sort -k4 /tmp/fuzz/exits.txt > "$OUT/fuzz_exits.txt"
   for f in /tmp/fuzz/log_*.txt; do echo "=== $f"; grep -vE '^(platform|cachedir|rootdir|configfile|plugins|collecting) ' "$f"; done \

@@ -55,6 +55,12 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 HAS_CUDA = torch.cuda.is_available()
 REDUCED_INPUTS = ("fp16", "bf16")  # precisions whose inputs lose fp32's exponent range
+# Precisions whose operands enter the tensor core as TF32 (3xTF32: a TF32 big part and a TF32 small part).
+# Neither represents a subnormal fp32 value: TF32 rounds the fp32 encoding, so a subnormal keeps only the bits
+# above 2^-136, and 3xTF32's small part of a subnormal is lost as well (found on an H100: a 1x1 layer with a
+# 2^-140-scaled input, Case(1, 1, 1, 1, 1, 1, False, None, "contiguous", "denormal_inputs", 0), came out 2.3 %
+# off). Stated in docs/reliability.md; these paths are fuzzed without the denormal regimes.
+TF32_OPERANDS = ("tf32", "tf32x3")
 ACTIVATION_NAMES = (None, "tanh", "relu", "sigmoid")
 
 # Default examples per target when CONVFORGE_FUZZ_EXAMPLES is not set: the whole file in CI stays within
@@ -222,7 +228,7 @@ def cases(draw, target: Target, values=VALUES):
     batch = draw(st.integers(1, 3 if small else 20))
     # TF32 keeps fp32's exponent range but not a denormal's bits: only the finite normal regimes for it.
     allowed = [v for v in values if target.impl.precision not in REDUCED_INPUTS or v == "course"]
-    if target.impl.precision == "tf32" and target.where != "interp":
+    if target.impl.precision in TF32_OPERANDS and target.where != "interp":
         allowed = [v for v in allowed if "denormal" not in v]
     regime = draw(st.sampled_from(allowed))
     fusion = None
@@ -354,6 +360,7 @@ def test_fuzz_matches_reference(target, request):
             # Outputs in fp32's denormal range (all of them, as when one denormal input is the whole window)
             # have no relative precision: then only written, finite, right shape, input unchanged.
             tolerance = target.tolerance if np.linalg.norm(ref) >= 2.0 ** -110 else 1e300
+            tolerance *= _cancellation_allowance(target, x, w, b, case.fusion, ref)
             outcome = check_call(fn, xd, ref, tolerance)
             assert outcome.problem is None, f"{target.impl.name} {case}: {outcome.problem}"
             # a non-contiguous out buffer (the wrapper must fill it, through a copy if need be)
@@ -364,6 +371,23 @@ def test_fuzz_matches_reference(target, request):
 
     ran: list = []
     _run_counted(run, ran, "matches_reference", target)
+
+
+def _cancellation_allowance(target: Target, x, w, b, fusion, ref: np.ndarray) -> float:
+    """How far a reduced-precision path's relative tolerance stretches when the outputs cancel.
+
+    Rounding the operands to TF32/FP16 (relative u each) moves an output by up to about u times the sum of its
+    products' magnitudes, |x| conv |w| + |b|, not u times the output: where the products cancel (an output far
+    smaller than its terms) a norm-relative 1e-2 fails for any TF32 kernel, cuDNN's included (found on an H100:
+    triton-gemm-tf32, a 3x3 input and kernel, one output of -0.224 from products of order 1, 2.8 % off). So the
+    reduced paths are held to tolerance x max(||ref||, ||P(|x| conv |w| + |b|)||), P the case's max pool (the
+    activations are 1-Lipschitz and max pooling is too, so the bound carries through them). Exact paths keep
+    the plain norm-relative 1e-5: their error bound is fp32's, far below it."""
+    if target.tolerance <= conv.EXACT_TOLERANCE:
+        return 1.0
+    pool = fusion[1] if fusion else None
+    magnitude = reference_layer(x.abs(), w.abs(), None if b is None else b.abs(), None, pool)
+    return max(1.0, float(np.linalg.norm(magnitude) / max(np.linalg.norm(ref), 1e-300)))
 
 
 def _torch_fp32(x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor], fusion) -> np.ndarray:
