@@ -264,9 +264,12 @@ def _add_bench(sub) -> None:
     text = "time implementations against torch's convolution and this machine's roofline"
     p = sub.add_parser("bench", help=text, description=text)
     p.add_argument("--model", nargs="+", metavar="NAME",
-                   help=f"presets whose conv layers to time (default {DEFAULT_PRESET} unless --shape is given)")
+                   help=f"presets whose conv layers to time (default {DEFAULT_PRESET} unless --shape or --shapes is given)")
     p.add_argument("--shape", nargs="+", type=_shape, default=[], metavar="B,M,C,H,W,K",
                    help="explicit layer shapes, each at its own batch size B")
+    p.add_argument("--shapes", nargs="+", metavar="SET", choices=("gpumode", "wide"),
+                   help="named shape sets, each shape at its own batch size: gpumode (gpu-mode pmpp_v2 conv2d "
+                   "benchmarks), wide (many-channel layers, 16-512 channels, K 1-11, 16-1024 px, batch 1-64)")
     p.add_argument("--images", nargs="+", type=_positive, metavar="B",
                    help="batch sizes for the presets' layers (default %s; bench --whole --device cpu: 10000)"
                    % " ".join(map(str, harness.DEFAULT_BATCHES)))

@@ -22,8 +22,8 @@ from convforge.harness.check import describe_mismatch, poisoned, reference_layer
 from convforge.models import PRESETS
 
 EXACT = ("cuda-naive", "cuda-tiled", "cuda-constmem", "cuda-unroll-gemm", "cuda-fused-gemm", "cuda-fused-layer",
-         "cuda-direct", "cuda-auto")
-REDUCED = ("cuda-tc-tf32", "cuda-tc-fp16")
+         "cuda-direct", "cuda-auto", "cuda-igemm-3xtf32")
+REDUCED = ("cuda-tc-tf32", "cuda-tc-fp16", "cuda-igemm-tf32")
 FUSING = ("cuda-fused-layer", "cuda-direct", "cuda-auto")
 
 # (B, M, C, H, W, K): edges (1x1 output, one row, one column, K = 1, K = H) and awkward sizes

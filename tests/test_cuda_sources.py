@@ -13,15 +13,15 @@ import textwrap
 import pytest
 
 from convforge.conv import cuda_common as cc
-from convforge.conv import (cuda_constmem, cuda_direct, cuda_fused_gemm, cuda_fused_layer, cuda_naive, cuda_tc,
-                            cuda_tiled, cuda_unroll_gemm)
+from convforge.conv import (cuda_constmem, cuda_direct, cuda_fused_gemm, cuda_fused_layer, cuda_igemm, cuda_naive,
+                            cuda_tc, cuda_tiled, cuda_unroll_gemm)
 
 from conftest import nvcc_path
 
 # fa18 L2 (the FLOP-heavy layer) and fa17 L1 (C = 1, output-bound), as (M, C, H, W, K)
 REPRESENTATIVE = {"fa18 L2": (24, 12, 33, 33, 7), "fa17 L1": (50, 1, 28, 28, 5)}
 CUDA_MODULES = ("cuda_naive", "cuda_tiled", "cuda_constmem", "cuda_unroll_gemm", "cuda_fused_gemm", "cuda_tc",
-                "cuda_fused_layer", "cuda_direct", "cuda_auto")
+                "cuda_fused_layer", "cuda_direct", "cuda_auto", "cuda_igemm")
 
 
 def _preset_layers():
@@ -43,6 +43,9 @@ def _specs() -> list[tuple[str, cc.KernelSpec]]:
         for precision in cuda_tc.PRECISIONS:
             for spec in cuda_tc.kernel_specs(*shape, precision=precision):
                 specs.setdefault(spec, f"cuda_tc {precision} {label}")
+        for precision in cuda_igemm.PRECISIONS:
+            for spec in cuda_igemm.kernel_specs(*shape, precision=precision):
+                specs.setdefault(spec, f"cuda_igemm {precision} {label}")
         for pool, activation in ((2, "tanh"), (4, "relu"), (2, "sigmoid")):
             for spec in cuda_fused_layer.kernel_specs(*shape, pool=pool, activation=activation):
                 specs.setdefault(spec, f"cuda_fused_layer {activation}+pool{pool} {label}")
@@ -73,6 +76,11 @@ def _specs() -> list[tuple[str, cc.KernelSpec]]:
     for shape, precision, config in (((24, 1, 30, 30, 7), "tf32", {}), ((12, 1, 72, 72, 7), "fp16", {"rt": 8})):
         spec = cuda_tc.plan_pairs(*shape, precision, config).spec()
         specs.setdefault(spec, f"cuda_tc pairs {precision} {config} M=%d C=%d H=%d W=%d K=%d" % shape)
+    # the implicit GEMM's every tile config on a gpu-mode shape (M = C = 128, K = 16), both precisions
+    for config in cuda_igemm.LAUNCH_CONFIGS:
+        for precision in cuda_igemm.PRECISIONS:
+            for spec in cuda_igemm.kernel_specs(128, 128, 256, 256, 16, precision, config):
+                specs.setdefault(spec, f"cuda_igemm {precision} {config} gpumode 256x256 K16")
     return [(label, spec) for spec, label in specs.items()]
 
 
@@ -97,7 +105,13 @@ def test_nvcc_compiles_for_sm90(label, spec, tmp_path):
     done = subprocess.run(cmd, capture_output=True, text=True)
     assert done.returncode == 0, f"{label}: nvcc failed\n{' '.join(cmd)}\n{done.stderr[-4000:]}"
     assert cubin.stat().st_size > 0
-    if spec.source in ("regtile.cu", "tc.cu", "tc_rows.cu", "tc_pairs.cu", "direct.cu"):
+    if spec.source == "igemm.cu":
+        # the implicit GEMM at 128 registers (two 256-thread blocks an SM) with the staged epilogue keeps one
+        # 4-byte value in local memory, reloaded once per k tile (nvcc 13.0: 8 bytes; cuobjdump: one LDL per
+        # 16-wide k tile against 96 HMMA): allowed up to 16 bytes, no more
+        spilled = [int(v) for v in re.findall(r"(\d+) bytes spill stores", done.stderr)]
+        assert spilled and max(spilled) <= 16, f"{label}: spills\n{done.stderr}"
+    elif spec.source in ("regtile.cu", "tc.cu", "tc_rows.cu", "tc_pairs.cu", "direct.cu"):
         # the register tiles must stay in registers: no local-memory spills or stack frame
         report = done.stderr
         assert re.search(r"\b0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads", report), \

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -20,6 +21,7 @@ from convforge import conv
 from convforge.conv import ConvImpl
 from convforge.harness import bench, probes, timing, verify
 from convforge.harness.check import check_call, random_case, reference_layer
+from convforge.errors import UserError
 from convforge.models import ACTIVATIONS, PRESETS, ConvShape
 
 
@@ -567,3 +569,40 @@ def test_gpu_timing_leaves_out_the_host_launch_work():
     call = np.median(timing.time_calls(slow_host, [x], "cuda", warmup=2, repeat=9, timing="call"))
     gpu = np.median(timing.time_calls(slow_host, [x], "cuda", warmup=2, repeat=9, timing="gpu"))
     assert call >= 0.0002 and gpu < 0.0001
+
+
+def test_named_shape_sets():
+    """bench --shapes: gpu-mode's benchmark shapes and the many-channel set issue #24 asks for (at least 30 shapes,
+    16-512 channels, K 1-11, images 16-1024 px, batch 1-64), each at its own batch, labelled by its set."""
+    cases = bench.bench_cases([], [], [], ["gpumode", "wide"])
+    gpumode = [c for c in cases if c.model == "gpumode"]
+    assert [(c.batch, c.shape.M, c.shape.C, c.shape.H, c.shape.K) for c in gpumode] == \
+        [(4, 64, 64, 128, 8), (4, 64, 64, 128, 16), (2, 128, 128, 256, 16), (1, 128, 128, 256, 32)]
+    wide = [c.shape for c in cases if c.model == "wide"]
+    assert len(wide) >= 30 and len(set(wide)) == len(wide)
+    assert min(min(s.C, s.M) for s in wide) == 16 and max(max(s.C, s.M) for s in wide) == 512
+    assert {s.K for s in wide} >= {1, 3, 5, 7, 9, 11} and min(s.H for s in wide) == 16 and max(s.H for s in wide) == 1024
+    assert min(s.B for s in wide) == 1 and max(s.B for s in wide) == 64
+    assert all(c.shape.B == c.batch and not c.spec.bias and c.spec.label.startswith(c.model) for c in cases)
+    assert len({c.spec.label for c in cases}) == len(cases)
+    with pytest.raises(UserError):
+        bench.shape_set("narrow")
+
+
+def test_bench_draws_each_layers_check_data_once():
+    """The check before timing draws a layer's data and float64 reference once for every implementation."""
+    made = []
+    real = verify.Case.data.func
+
+    def counting(self):
+        made.append(self.shape)
+        return real(self)
+
+    cases = bench.bench_cases([], [ConvShape(2, 4, 1, 12, 12, 3), ConvShape(2, 3, 2, 9, 9, 2)], [])
+    ceilings = probes.Ceilings(copy_gbps=10.0, matmul_gflops=100.0, fma_gflops=300.0)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(verify.Case, "data", functools.cached_property(counting))
+        verify.Case.data.__set_name__(verify.Case, "data")
+        rows = bench.run_bench(cases, [conv.get("torch"), conv.get("cpu-gemm"), conv.get("reference")], "cpu",
+                               ceilings, warmup=0, repeat=3, show_progress=False).rows
+    assert len(rows) == 6 and len(made) == 2

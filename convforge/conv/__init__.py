@@ -174,6 +174,11 @@ IMPLEMENTATIONS: tuple[ConvImpl, ...] = (
              "implicit GEMM on tensor cores, TF32 inputs, fp32 accumulate", ("cupy",), install_hint=_CUPY),
     ConvImpl("cuda-tc-fp16", "cuda_tc", ("cuda",), "fp16",
              "implicit GEMM on tensor cores, FP16 inputs, fp32 accumulate", ("cupy",), install_hint=_CUPY),
+    ConvImpl("cuda-igemm-3xtf32", "cuda_igemm", ("cuda",), "tf32x3",
+             "implicit GEMM over the whole batch on tensor cores, split TF32 (3 products, fp32-accurate: exact "
+             "tolerance), cp.async multi-stage tiles; for many-channel layers", ("cupy",), install_hint=_CUPY),
+    ConvImpl("cuda-igemm-tf32", "cuda_igemm", ("cuda",), "tf32",
+             "the same implicit GEMM with one TF32 product (reduced precision)", ("cupy",), install_hint=_CUPY),
     ConvImpl("cuda-fused-layer", "cuda_fused_layer", ("cuda",), "fp32",
              "conv + bias + activation + max pool in one kernel, writes only the pooled map (cuda-direct's "
              "pooled kernel for one input channel, the register-tiled implicit GEMM otherwise)", ("cupy",),

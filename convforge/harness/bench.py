@@ -84,13 +84,52 @@ class BenchCase:
         return self.spec.shape.with_batch(self.batch)
 
 
-def bench_cases(models: Sequence[str], shapes: Sequence[ConvShape], batches: Sequence[int]) -> list[BenchCase]:
-    """Each preset's conv layers at each batch size, then each explicit shape at its own batch size."""
+# Named shape sets (``--shapes NAME``), each shape (B, M, C, H, W, K) at its own batch size, no bias.
+# gpumode: the benchmark shapes of gpu-mode/reference-kernels problems/pmpp_v2/conv2d_py/task.yml (size,
+# kernelsize, channels = C = M, batch; the file lists size 256, kernel 16, 128 channels, batch 2 twice, with two
+# seeds: once here). wide: many-channel layers, 16-512 channels, K 1-11, images 16-1024 px, batch 1-64 (issue #24),
+# including its 16 images of 1024 x 1024 with 16-64 channels in and 128 out.
+SHAPE_SETS: dict[str, tuple[tuple[int, int, int, int, int, int], ...]] = {
+    "gpumode": ((4, 64, 64, 128, 128, 8), (4, 64, 64, 128, 128, 16), (2, 128, 128, 256, 256, 16),
+                (1, 128, 128, 256, 256, 32)),
+    "wide": (
+        # K = 1
+        (64, 64, 64, 56, 56, 1), (32, 256, 128, 28, 28, 1), (16, 128, 16, 1024, 1024, 1), (8, 512, 512, 16, 16, 1),
+        (4, 256, 256, 64, 64, 1), (16, 128, 64, 1024, 1024, 1),
+        # K = 3
+        (64, 64, 64, 56, 56, 3), (32, 128, 128, 28, 28, 3), (16, 256, 256, 16, 16, 3), (8, 512, 512, 16, 16, 3),
+        (1, 64, 64, 224, 224, 3), (4, 128, 64, 128, 128, 3), (16, 128, 32, 1024, 1024, 3), (2, 32, 16, 512, 512, 3),
+        (64, 16, 16, 64, 64, 3), (64, 128, 128, 32, 32, 3), (64, 256, 256, 16, 16, 3),
+        # K = 5
+        (32, 64, 32, 64, 64, 5), (8, 128, 128, 64, 64, 5), (1, 256, 256, 32, 32, 5), (4, 192, 96, 128, 128, 5),
+        (16, 32, 16, 256, 256, 5), (16, 128, 16, 1024, 1024, 5), (3, 100, 36, 57, 43, 5), (1, 512, 512, 16, 16, 5),
+        # K = 7, 9, 11
+        (32, 64, 16, 112, 112, 7), (8, 128, 64, 64, 64, 7), (1, 512, 256, 32, 32, 7), (2, 64, 64, 256, 256, 7),
+        (4, 128, 128, 64, 64, 9), (16, 32, 32, 128, 128, 9), (1, 64, 512, 128, 128, 9),
+        (8, 96, 48, 128, 128, 11), (1, 256, 128, 64, 64, 11), (64, 64, 16, 32, 32, 11),
+    ),
+}
+
+
+def shape_set(name: str) -> list[ConvShape]:
+    try:
+        return [ConvShape(*s) for s in SHAPE_SETS[name]]
+    except KeyError:
+        raise UserError(f"unknown shape set '{name}'; choose one of: {', '.join(SHAPE_SETS)}") from None
+
+
+def bench_cases(models: Sequence[str], shapes: Sequence[ConvShape], batches: Sequence[int],
+                shape_sets: Sequence[str] = ()) -> list[BenchCase]:
+    """Each preset's conv layers at each batch size, then each explicit shape at its own batch size, then each
+    named set's shapes (model: the set's name) at theirs."""
     cases = [BenchCase(name, spec, batch) for name in models
              for spec in model_layers(get_preset(name).architecture) for batch in batches]
     # Each custom shape gets its own label, so that two of them never share a row key in a report.
     cases += [BenchCase("custom", LayerSpec(f"custom M{s.M} C{s.C} {s.H}x{s.W} K{s.K}", s.with_batch(1), False, None),
                         s.B) for s in shapes]
+    for name in shape_sets:
+        cases += [BenchCase(name, LayerSpec(f"{name} B{s.B} M{s.M} C{s.C} {s.H}x{s.W} K{s.K}", s.with_batch(1),
+                                            False, None), s.B) for s in shape_set(name)]
     return cases
 
 
@@ -148,12 +187,17 @@ def run_bench(cases: Sequence[BenchCase], impls: Sequence[ConvImpl], device: str
     rows: list[dict] = []
     failures: list[str] = []
     checked: dict[tuple, bool] = {}
+    probes: dict = {}   # this layer's check cases by fusion: data and float64 reference drawn once for all impls
 
     def passes_check(impl: ConvImpl, case: BenchCase, fusion) -> bool:
         """Whether ``impl`` is right on this layer at B = 2 (checked once per layer; a failure is recorded)."""
         key = (impl.name, case.spec, fusion)
         if key not in checked:
-            probe = Case(case.spec.label, case.spec.shape.with_batch(CHECK_BATCH), 0, case.spec.bias, fusion)
+            if probes.get("spec") != case.spec:   # a new layer: the previous layer's data and reference go
+                probes.clear()
+                probes["spec"] = case.spec
+            probe = probes.setdefault(fusion, Case(case.spec.label, case.spec.shape.with_batch(CHECK_BATCH), 0,
+                                                   case.spec.bias, fusion))
             result = verify_impl(impl, device, [probe])
             checked[key] = result.passed
             for failure in result.failures:
@@ -272,8 +316,9 @@ def main(args) -> int:
     if args.report and importlib.util.find_spec("convforge.harness.report") is None:
         raise UserError("--report needs convforge.harness.report, which is not part of this build of convforge")
     device = resolve_device(args.device)
-    models = args.model or ([] if args.shape else [DEFAULT_PRESET])
-    cases = bench_cases(models, args.shape, args.images)  # unknown model names fail here, before any timing
+    shape_sets = getattr(args, "shapes", None) or []
+    models = args.model or ([] if args.shape or shape_sets else [DEFAULT_PRESET])
+    cases = bench_cases(models, args.shape, args.images, shape_sets)  # unknown model names fail here, before any timing
     if getattr(args, "hugepages", False):
         use_hugepages()  # may re-execute this command with THP_MEM_ALLOC_ENABLE=1, before anything is timed
     elif torch_thp_alloc():

@@ -19,6 +19,7 @@ from convforge.models import ACTIVATIONS
 # Root mean square of the input values random_case draws (uniform on [-64, 191]): sets the weight scale
 # that puts a convolution's output near unit size.
 _INPUT_RMS = math.sqrt(255.0 ** 2 / 12 + 63.5 ** 2)
+LARGE_IM2COL_BYTES = 1 << 30   # reference_layer: above this per image, torch's float64 convolution
 
 
 def poisoned(shape: Sequence[int], device: str | torch.device = "cpu") -> torch.Tensor:
@@ -64,8 +65,21 @@ def random_case(shape_x: Sequence[int], shape_w: Sequence[int], seed: int, bias:
 
 def reference_layer(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
                     activation: Optional[str] = None, pool: Optional[int] = None) -> np.ndarray:
-    """conv + bias, then the activation, then a pool x pool max pool of stride pool: all in float64."""
-    y = conv2d_float64(x.cpu().numpy(), weight.cpu().numpy(), None if bias is None else bias.cpu().numpy())
+    """conv + bias, then the activation, then a pool x pool max pool of stride pool: all in float64.
+
+    The convolution is the NumPy reference, except for layers whose im2col matrix per image exceeds
+    ``LARGE_IM2COL_BYTES`` (the many-channel, large-kernel shapes of ``bench --shapes``: 53 GB an image for
+    gpu-mode's 256 x 256, K = 32, 128 channels): there torch's float64 convolution computes it, on the GPU when
+    there is one (cuDNN in double precision), else on the CPU. Float64 either way."""
+    b_, c_, h_, w_ = x.shape
+    m_, _, kh_, kw_ = weight.shape
+    if 8 * (h_ - kh_ + 1) * (w_ - kw_ + 1) * c_ * kh_ * kw_ > LARGE_IM2COL_BYTES:
+        dev = "cuda" if torch.cuda.is_available() else "cpu"
+        with torch.no_grad():
+            y = torch.nn.functional.conv2d(x.to(dev, torch.float64), weight.to(dev, torch.float64),
+                                           None if bias is None else bias.to(dev, torch.float64)).cpu().numpy()
+    else:
+        y = conv2d_float64(x.cpu().numpy(), weight.cpu().numpy(), None if bias is None else bias.cpu().numpy())
     if activation is not None:
         y = ACTIVATIONS[activation](torch.from_numpy(y)).numpy()   # the network's own functions, in float64
     if pool:

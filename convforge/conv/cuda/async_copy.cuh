@@ -17,6 +17,19 @@ __device__ __forceinline__ void copy_async4(float* dst, const float* src, bool v
 #endif
 }
 
+// 16 bytes, both addresses 16-byte aligned, always valid (cp.async.cg: cached in L2 only, as a tile that is
+// read once per block from shared memory wants)
+__device__ __forceinline__ void copy_async16(void* dst, const void* src)
+{
+#if defined(__CUDA_ARCH__)
+    unsigned d;
+    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(d) : "l"(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(d), "l"(src) : "memory");
+#else
+    *static_cast<float4*>(dst) = *static_cast<const float4*>(src);
+#endif
+}
+
 __device__ __forceinline__ void copy_commit()
 {
 #if defined(__CUDA_ARCH__)

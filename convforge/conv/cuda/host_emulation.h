@@ -5,8 +5,9 @@
 // block after another; __syncthreads is a std::barrier over the block (threads that return early drop
 // out of it); dynamic shared memory is a zeroed-then-poisoned (NaN) buffer per block; warp-level mma.sync
 // is emulated by exchanging fragments through a per-warp buffer between two warp barriers, computing
-// with the fragment layouts the kernels document (so it checks the indexing around the layouts, not the
-// layouts themselves: the GPU tests do that). Kernel sources must guard inline PTX with __CUDA_ARCH__.
+// with the fragment layouts the kernels document and the accumulation rounded toward zero as the hardware's
+// (so it checks the indexing around the layouts, not the layouts themselves: the GPU tests do that).
+// Kernel sources must guard inline PTX with __CUDA_ARCH__.
 #pragma once
 
 #include <algorithm>
@@ -132,10 +133,20 @@ inline void cf_emu_mma(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsig
     }
     const int g = lane / 4, t = lane % 4;
     const int rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
+    // The products are exact (TF32 x TF32 and FP16 x FP16 fit a double); their sum with the accumulator is
+    // rounded once, toward zero, as the tensor cores' fp32 accumulation truncates (seen on an H100: 3xTF32 over
+    // C*K*K = 131072 lost 7.7e-4 of every output's magnitude, all toward zero, with an unflushed accumulator).
+    // CF_EMU_MMA_ROUND=nearest rounds to nearest instead.
+    static const bool nearest = [] {
+        const char* v = std::getenv("CF_EMU_MMA_ROUND");
+        return v && std::strcmp(v, "nearest") == 0;
+    }();
     for (int e = 0; e < 4; ++e) {
-        float s = d[e];
-        for (int k = 0; k < kdim; ++k) s += A[rows[e]][k] * B[k][cols[e]];
-        d[e] = s;
+        double s = d[e];
+        for (int k = 0; k < kdim; ++k) s += (double)A[rows[e]][k] * (double)B[k][cols[e]];
+        float f = (float)s;
+        if (!nearest && std::isfinite(f) && std::fabs((double)f) > std::fabs(s)) f = std::nextafter(f, 0.0f);
+        d[e] = f;
     }
     wbar.arrive_and_wait();  // the buffer is reused by the next mma
 }

@@ -1,0 +1,240 @@
+"""cuda-igemm-3xtf32 / cuda-igemm-tf32: implicit GEMM on the tensor cores for many-channel layers (``cuda/igemm.cu``).
+
+Technique: the whole batch as one GEMM, D (maps x positions) = weights (maps x C*KH*KW) * im2col(x) (C*KH*KW
+x B*HO*WO), with the im2col operand never formed: each block gathers its BK x BN tile of it straight from the
+input by 4-byte cp.async, the weight tile by 16-byte cp.async, through a STAGES-deep shared-memory ring with
+padded (bank-conflict-free) layouts; warps multiply WM x WN sub-tiles with ``mma.sync`` m16n8k8 TF32 and
+accumulate in fp32 (threadblock / warp / instruction tiles as in CUTLASS's implicit GEMM, our own code).
+"3xtf32" (precision ``tf32x3``): each operand split into TF32 big + small parts (the weights once on the host,
+the input as fragments are read), three products a_small*b_big + a_big*b_small + a_big*b_big, so the result
+meets the exact tolerance (1e-5 against float64) at tensor-core speed; "tf32": one product (tolerance 1e-2).
+Rectangular kernels (M, C, KH, KW) are served; stride 1, no padding, bias in the epilogue.
+Course step: extends the course's "fused unroll + tiled matrix multiply" (cuda-fused-gemm: implicit GEMM
+from shared-memory tiles) and its "tensor cores" step (cuda-tc: per-image gather GEMM, reduced precision) to
+batch-wide tiles, a cp.async pipeline and fp32 accuracy.
+Bottleneck expected: tensor-core issue (three mma per product in 3xTF32) and the B-fragment splits; on few-
+channel layers (KR < ~64) the gather loads and a mostly-empty k tile: use cuda-direct / cuda-tc there.
+Measured (H100, benchmarks/2026-11-25-h100-igemm-3xtf32): TF32 reaches 101 TFLOP/s on gpu-mode's 256-px layers
+(2.8x cuDNN fp32, 0.43x cuDNN TF32, 25 % of cuBLAS's TF32 rate): mma.sync and 4-byte gathers, not wgmma/TMA.
+3xTF32 with one mma accumulator over the whole reduction failed the exact tolerance there (FLUSH_NOTE); the
+per-k-step partial sums that fix it are not yet measured on a GPU.
+Compiled once per (layer shape without the weights, tile config, split), cached like every CUDA kernel here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Optional
+
+import torch
+
+from convforge.conv import cuda_common as cc
+
+SOURCE = "igemm.cu"
+PRECISIONS = ("tf32x3", "tf32")
+SMEM_OPTIN_DEFAULT = 227 * 1024
+CONFIG_KEYS = ("bm", "bn", "bk", "wm", "wn", "stages", "minb", "epi", "flush")
+# Tile configs by the number of maps (the GEMM's M): blocks as tall as the maps need, 128 positions wide.
+LAUNCH_CONFIGS: tuple[dict, ...] = (
+    {"bm": 128, "bn": 128, "bk": 16, "wm": 64, "wn": 32, "stages": 3, "minb": 2},
+    {"bm": 64, "bn": 128, "bk": 16, "wm": 32, "wn": 64, "stages": 4, "minb": 2},
+    {"bm": 32, "bn": 128, "bk": 16, "wm": 32, "wn": 32, "stages": 4, "minb": 2},
+    {"bm": 128, "bn": 128, "bk": 32, "wm": 64, "wn": 32, "stages": 3, "minb": 1},
+    {"bm": 64, "bn": 256, "bk": 16, "wm": 32, "wn": 64, "stages": 3, "minb": 1},
+    {"bm": 128, "bn": 128, "bk": 16, "wm": 64, "wn": 32, "stages": 4, "minb": 1},
+    {"bm": 128, "bn": 64, "bk": 16, "wm": 64, "wn": 32, "stages": 4, "minb": 2},
+    {"bm": 64, "bn": 64, "bk": 16, "wm": 32, "wn": 32, "stages": 4, "minb": 3},
+)
+# FLUSH_NOTE: the tensor cores' fp32 accumulation truncates. Accumulating all of C*KH*KW in the mma accumulator
+# (flush 0) biased every output toward zero: on an H100 (2026-11-25, benchmarks/2026-11-25-h100-igemm-3xtf32)
+# 3xTF32 measured relative errors 2.8e-5 (gpumode K = 8, C*K*K = 4096), 1.2e-4 (16384), 2.2e-4 (32768) and
+# 9.1e-4 (131072) against float64, over the exact tolerance 1e-5. flush 1 sums each k step's three products in a
+# fresh accumulator and adds that to the running sum with an fp32 add (round to nearest), so the truncation
+# errors have both signs. The host emulation models the truncation (host_emulation.h): C*K*K = 4608 gives
+# 4.7e-5 with flush 0 and 4.9e-7 with the fix (tests/test_cuda_igemm.py); C*K*K = 131072 (C 128, K 32) 1.26e-3
+# with flush 0 (the H100: 9.14e-4) and 2.19e-6 with the fix. Not yet measured on a GPU.
+# minb: __launch_bounds__'s minimum blocks per SM (2 caps the 256-thread configs at 128 registers: nvcc 13.0
+# sm_90, no spills, 128x128 3xTF32 139 -> 128 registers, so two blocks fit an SM)
+
+
+def default_config(M: int) -> dict:
+    if M > 64:
+        return dict(LAUNCH_CONFIGS[0], epi=1, flush=1)
+    return dict(LAUNCH_CONFIGS[1] if M > 32 else LAUNCH_CONFIGS[2], epi=1, flush=1)
+
+
+@dataclass(frozen=True)
+class IgemmGeometry:
+    """igemm.cu's constants (mirrors the constexprs at the top of the kernel)."""
+    M: int
+    C: int
+    H: int
+    W: int
+    KH: int
+    KW: int
+    precision: str
+    bm: int = 128
+    bn: int = 128
+    bk: int = 16
+    wm: int = 64
+    wn: int = 32
+    stages: int = 3
+    minb: int = 2
+    epi: int = 1                # 1: output tile staged through shared memory (coalesced rows), 0: fragment stores
+    flush: int = 1              # 3xTF32: 1 sums each k step's products apart and adds them in fp32 (FLUSH_NOTE)
+
+    @property
+    def split(self): return 3 if self.precision == "tf32x3" else 1
+    @property
+    def ho(self): return self.H - self.KH + 1
+    @property
+    def wo(self): return self.W - self.KW + 1
+    @property
+    def kr(self): return self.C * self.KH * self.KW
+    @property
+    def kp(self): return cc.cdiv(self.kr, self.bk) * self.bk
+    @property
+    def mtiles(self): return cc.cdiv(self.M, self.bm)
+    @property
+    def nt(self): return 32 * (self.bm // self.wm) * (self.bn // self.wn)
+    @property
+    def stage_floats(self):
+        return (2 if self.split == 3 else 1) * self.bm * self.bk + self.bk * (self.bn + 8)
+    @property
+    def smem_bytes(self): return 4 * self.stages * self.stage_floats
+
+    def spec(self) -> cc.KernelSpec:
+        return cc.KernelSpec.of(SOURCE, CF_M=self.M, CF_C=self.C, CF_H=self.H, CF_W=self.W, CF_KH=self.KH,
+                                CF_KW=self.KW, CF_BM=self.bm, CF_BN=self.bn, CF_BK=self.bk, CF_WM=self.wm,
+                                CF_WN=self.wn, CF_STAGES=self.stages, CF_SPLIT=self.split,
+                                CF_MINB=self.minb, CF_EPI=self.epi, CF_FLUSH=self.flush if self.split == 3 else 0)
+
+
+def plan(M: int, C: int, H: int, W: int, KH: int, KW: int, precision: str, config: Optional[dict] = None,
+         smem_optin: int = SMEM_OPTIN_DEFAULT) -> IgemmGeometry:
+    """The checked geometry for one layer (the default tile config for its map count unless ``config``)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    cfg = {**default_config(M), **(config or {})}
+    unknown = set(cfg) - set(CONFIG_KEYS)
+    if unknown:
+        raise ValueError(f"unknown launch parameters {sorted(unknown)} (known: {', '.join(CONFIG_KEYS)})")
+    geom = IgemmGeometry(M, C, H, W, KH, KW, precision, **{k: int(cfg[k]) for k in CONFIG_KEYS})
+    if "epi" not in (config or {}) and geom.bm * (geom.bn + 8) > geom.stages * geom.stage_floats:
+        geom = replace(geom, epi=0)   # the staged epilogue reuses the ring; a smaller ring keeps fragment stores
+    g = geom
+    if (g.bm % g.wm or g.bn % g.wn or g.wm % 16 or g.wn % 8 or g.bk not in (16, 32) or g.bn % 32
+            or g.nt % g.bn or g.bk % (g.nt // g.bn) or (g.bm * g.bk // 4) % g.nt or g.stages < 2 or g.nt > 1024
+            or g.minb < 1 or g.epi not in (0, 1) or g.flush not in (0, 1) or (g.epi and g.bm * (g.bn + 8) > g.stages * g.stage_floats)):
+        raise ValueError(f"bad tile config {cfg}: bm % wm == bn % wn == 0, wm % 16 == wn % 8 == 0, bk 16 or 32, "
+                         "bn a multiple of 32 dividing the thread count, at least 2 stages")
+    if g.smem_bytes > smem_optin:
+        raise ValueError(f"tile config {cfg} needs {g.smem_bytes} bytes of shared memory (at most {smem_optin})")
+    if C * H * W > cc.INT32_MAX:
+        raise ValueError(f"one image of {C}x{H}x{W} floats exceeds the kernel's 32-bit offsets")
+    return geom
+
+
+def kernel_specs(M: int, C: int, H: int, W: int, K: int, precision: str = "tf32x3", config=None,
+                 **_) -> list[cc.KernelSpec]:
+    """What prepare() compiles for a K x K layer (for the compile tests)."""
+    return [plan(M, C, H, W, K, K, precision, config).spec()]
+
+
+def pack_weights(weight: torch.Tensor, geom: IgemmGeometry) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """A = weights as (M, C*KH*KW), zero-padded to (mtiles*bm, kp), as TF32 bit patterns, in fragment order
+    (``fragment_order``). One product: rounded to nearest, ties away (as cvt.rna). 3xTF32: big = the weight
+    truncated to TF32 and small = the rest rounded to TF32 (|w - big - small| <= 2^-21 |w|), so that small has
+    w's sign: an Inf input x then contributes small*x and big*x of one sign, never Inf - Inf. Where the rest
+    is zero, small = w * 2^-30 (of w's sign, a 2^-30 relative change) for the same reason; an infinite weight
+    gets small = 0. (An infinite weight against an input whose two parts differ in sign gives NaN where fp32
+    gives Inf: not served.) Denormal weights are zero, as the -ftz kernels read them (tests/test_fuzz.py's
+    flushing reference)."""
+    M = weight.shape[0]
+    a = torch.zeros(geom.mtiles * geom.bm, geom.kp, dtype=torch.float32, device=weight.device)
+    a[:M, :geom.kr] = weight.reshape(M, -1)
+    a = torch.where(a.abs() < torch.finfo(torch.float32).tiny, torch.zeros_like(a), a)   # denormals read as zero
+    if geom.split == 1:
+        return fragment_order(_tf32(a), geom), None
+    finite = torch.isfinite(a)
+    big = torch.where(finite, (a.view(torch.int32) & -0x2000).view(torch.float32), a)
+    rest = torch.where(finite, a - big, torch.zeros_like(a))
+    small = torch.where(rest == 0, a * 2.0 ** -30, _tf32(rest))
+    return fragment_order(big, geom), fragment_order(torch.where(finite, small, torch.zeros_like(a)), geom)
+
+
+def fragment_order(a: torch.Tensor, geom: IgemmGeometry) -> torch.Tensor:
+    """(mtiles*bm, kp) -> [mtile][ktile][k step of 8][16-row group][lane][a0..a3], flat: the m16n8k8 A fragment
+    layout, a0 (g, t) a1 (g+8, t) a2 (g, t+4) a3 (g+8, t+4) with g = lane/4, t = lane%4."""
+    mt, kt, ks, rg = geom.mtiles, geom.kp // geom.bk, geom.bk // 8, geom.bm // 16
+    # rows: mtile, group, h (+8), g; columns: ktile, step, u (+4), t
+    v = a.reshape(mt, rg, 2, 8, kt, ks, 2, 4)                     # [mt][rg][h][g][kt][ks][u][t]
+    v = v.permute(0, 4, 5, 1, 3, 7, 6, 2)                          # [mt][kt][ks][rg][g][t][u][h]
+    return v.contiguous().reshape(-1)                              # lane = g*4 + t; register = u*2 + h
+
+
+def _tf32(t: torch.Tensor) -> torch.Tensor:
+    """Round to TF32, to nearest with ties away from zero (cvt.rna); Inf and NaN unchanged."""
+    bits = t.contiguous().view(torch.int32)
+    bits = torch.where(torch.isfinite(t), (bits + 0x1000) & -0x2000, bits)
+    return bits.view(torch.float32)
+
+
+def check_weight(weight: torch.Tensor, bias: Optional[torch.Tensor]):
+    """Float32 contiguous weight (M, C, KH, KW) (rectangular kernels too) and bias (M,) on the device."""
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 4:
+        raise ValueError(f"weight must be (M, C, KH, KW), got "
+                         f"{tuple(weight.shape) if isinstance(weight, torch.Tensor) else type(weight).__name__}")
+    if weight.device.type != cc.DEVICE_TYPE:
+        raise ValueError(f"weight must be on a {cc.DEVICE_TYPE} device, got {weight.device}")
+    weight = weight.detach().to(torch.float32).contiguous()
+    if bias is not None:
+        if tuple(bias.shape) != (weight.shape[0],):
+            raise ValueError(f"bias must be ({weight.shape[0]},), got {tuple(bias.shape)}")
+        bias = bias.detach().to(device=weight.device, dtype=torch.float32).contiguous()
+    return weight, bias
+
+
+def unavailable_reason() -> Optional[str]:
+    reason = cc.unavailable_reason()
+    if reason:
+        return reason
+    major = torch.cuda.get_device_capability()[0]
+    if major < 8:
+        return f"needs compute capability 8.0 or newer for TF32 mma.sync and cp.async (this GPU is {major}.x)"
+    return None
+
+
+class IgemmLayer:
+    """One layer's kernel for one input size: packed weights, the compiled kernel, the launch."""
+
+    def __init__(self, weight, bias, H: int, W: int, precision: str, config: Optional[dict]):
+        M, C, KH, KW = weight.shape
+        self.device = weight.device
+        info = cc.device_info(self.device)
+        self.geom = plan(M, C, H, W, KH, KW, precision, config, info.smem_per_block_optin)
+        self.a_big, self.a_small = pack_weights(weight, self.geom)
+        self.bias = bias
+        self.kernel = cc.kernel(self.geom.spec(), "conv_igemm", self.device)
+
+    def __call__(self, x: torch.Tensor, out: Optional[torch.Tensor]) -> torch.Tensor:
+        g = self.geom
+        B = x.shape[0]
+        P = g.ho * g.wo
+        if B * P > cc.INT32_MAX - g.bn:
+            raise ValueError(f"{B} images of {g.ho}x{g.wo} outputs exceed the kernel's 32-bit position index; "
+                             "split the batch")
+        y, result = cc.output(out, (B, g.M, g.ho, g.wo), x)
+        if y.numel():
+            blocks = g.mtiles * cc.cdiv(B * P, g.bn)
+            self.kernel((blocks,), (g.nt,), (cc.ptr(y), cc.ptr(x), cc.ptr(self.a_big), cc.ptr(self.a_small),
+                                             cc.ptr(self.bias), cc.i32(B)), shared_mem=g.smem_bytes)
+        return cc.finish(y, result)
+
+
+def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, precision: str = "tf32x3", config=None,
+            input_hw=None):
+    weight, bias = check_weight(weight, bias)
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    return cc.per_input_size(weight, lambda h, w: IgemmLayer(weight, bias, h, w, precision, config), input_hw)

@@ -1,0 +1,157 @@
+"""Device-side extras for the cuda-igemm run (issue #24): warm the CuPy cache for every shape the run compiles
+(in parallel processes), then time cuDNN with TF32 on (F.conv2d, cudnn.benchmark) on the named shape sets and
+the cuBLAS TF32 / fp32 matrix-product rates (the tensor-core ceiling 3xTF32 is held to: TF32 rate / 3).
+
+    python3 scripts/igemm_extra.py warm            # compile every (shape set, precision) kernel, 12 processes
+    python3 scripts/igemm_extra.py tf32 OUT.json   # cuDNN TF32 medians + matmul rates
+    python3 scripts/igemm_extra.py sweep OUT.json  # every tile config on the gpumode + SWEEP_WIDE shapes
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from concurrent.futures import ProcessPoolExecutor
+
+
+def _compile(spec):
+    from convforge.conv import cuda_common as cc
+    cc.cupy().RawModule(code=cc.load_source(spec.source), options=spec.options()).get_function("conv_igemm")
+    return spec
+
+
+# wide shapes the config sweep also times (indices into SHAPE_SETS["wide"]): K 1, 3, 5, 7, 11, small and large
+SWEEP_WIDE = (0, 7, 12, 18, 22, 26, 33)
+VERIFY_CASES = 4
+
+
+def _sweep_shapes():
+    from convforge.harness.bench import SHAPE_SETS
+    return list(SHAPE_SETS["gpumode"]) + [SHAPE_SETS["wide"][i] for i in SWEEP_WIDE]
+
+
+def _specs(full: bool = True):
+    from convforge.conv import cuda_igemm
+    from convforge.harness.bench import SHAPE_SETS
+    specs = set()
+    for shapes in SHAPE_SETS.values():
+        for B, M, C, H, W, K in shapes:
+            for precision in cuda_igemm.PRECISIONS:
+                specs.update(cuda_igemm.kernel_specs(M, C, H, W, K, precision))
+    from convforge.harness.verify import default_cases
+    for case in default_cases(0, VERIFY_CASES, "cuda"):     # what `verify --cases VERIFY_CASES` compiles
+        s = case.shape
+        for precision in cuda_igemm.PRECISIONS:
+            specs.update(cuda_igemm.kernel_specs(s.M, s.C, s.H, s.W, s.K, precision))
+    if not full:   # the bench sets and verify's cases only
+        return sorted(specs, key=repr)
+    try:   # the GPU test's shapes and configs (tests/test_cuda_igemm.py)
+        sys.path.insert(0, "tests")
+        import test_cuda_igemm as t
+        for B, M, C, H, W, KH, KW in t.SHAPES + t.GPU_SHAPES:
+            for precision in cuda_igemm.PRECISIONS:
+                specs.add(cuda_igemm.plan(M, C, H, W, KH, KW, precision).spec())
+        for config in cuda_igemm.LAUNCH_CONFIGS:
+            for precision in cuda_igemm.PRECISIONS:
+                specs.add(cuda_igemm.plan(70, 12, 11, 13, 3, 2, precision, config).spec())
+    except ImportError as exc:
+        print("warm: no test shapes:", exc)
+    for B, M, C, H, W, K in _sweep_shapes():
+        for precision in cuda_igemm.PRECISIONS:
+            for config in cuda_igemm.LAUNCH_CONFIGS + ({**cuda_igemm.default_config(M), "flush": 0},):
+                try:
+                    specs.update(cuda_igemm.kernel_specs(M, C, H, W, K, precision, config))
+                except ValueError:
+                    pass
+    return sorted(specs, key=repr)
+
+
+def sweep(out: str) -> None:
+    import torch
+    from convforge.conv import cuda_igemm
+    rows = []
+    for B, M, C, H, W, K in _sweep_shapes():
+        x = torch.randn(B, C, H, W, device="cuda")
+        w = torch.randn(M, C, K, K, device="cuda")
+        flops = 2 * B * M * C * (H - K + 1) * (W - K + 1) * K * K
+        for precision in cuda_igemm.PRECISIONS:
+            # every tile config; for 3xTF32 also the default tile without the per-k-step partial sums (flush 0:
+            # wrong on long reductions, timed only for what the fix costs), as config index -1
+            configs = list(enumerate(cuda_igemm.LAUNCH_CONFIGS))
+            if precision == "tf32x3":
+                configs.append((-1, {**cuda_igemm.default_config(M), "flush": 0}))
+            for ci, config in configs:
+                try:
+                    fn = cuda_igemm.prepare(w, None, precision=precision, config=config)
+                    ms = _median_ms(lambda: fn(x), reps=5)
+                except Exception as exc:   # a config that does not fit
+                    rows.append({"shape": [B, M, C, H, W, K], "precision": precision, "config": ci, "error": repr(exc)})
+                    continue
+                default = cuda_igemm.plan(M, C, H, W, K, K, precision).spec() == \
+                    cuda_igemm.plan(M, C, H, W, K, K, precision, config).spec()
+                rows.append({"shape": [B, M, C, H, W, K], "precision": precision, "config": ci, "ms": ms,
+                             "tflops": flops / ms / 1e9, "default": default})
+                print(f"{B},{M},{C},{H},{W},{K} {precision} cfg{ci}{'*' if default else ' '} {ms:8.3f} ms "
+                      f"{flops / ms / 1e9:6.1f} TFLOP/s")
+        del x, w
+        torch.cuda.empty_cache()
+    with open(out, "w") as handle:
+        json.dump({"configs": list(cuda_igemm.LAUNCH_CONFIGS), "rows": rows}, handle, indent=1)
+
+
+def warm(full: bool = True) -> None:
+    import multiprocessing as mp
+    specs = _specs(full)
+    with ProcessPoolExecutor(12, mp_context=mp.get_context("spawn")) as pool:
+        done = list(pool.map(_compile, specs))
+    print(f"warmed {len(done)} kernels")
+
+
+def _median_ms(fn, reps=10):
+    import torch
+    fn(); fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record(); fn(); b.record(); b.synchronize()
+        times.append(a.elapsed_time(b))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def tf32(out: str) -> None:
+    import torch
+    import torch.nn.functional as F
+    from convforge.harness.bench import SHAPE_SETS
+    torch.backends.cudnn.benchmark = True
+    result = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
+              "rows": []}
+    n = 8192
+    a, b = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda")
+    for flag in (False, True):
+        torch.backends.cuda.matmul.allow_tf32 = flag
+        ms = _median_ms(lambda: a @ b)
+        result["matmul_tf32" if flag else "matmul_fp32"] = {"ms": ms, "tflops": 2 * n ** 3 / ms / 1e9}
+    del a, b
+    torch.backends.cudnn.allow_tf32 = True
+    for name, shapes in SHAPE_SETS.items():
+        for B, M, C, H, W, K in shapes:
+            x = torch.randn(B, C, H, W, device="cuda")
+            w = torch.randn(M, C, K, K, device="cuda")
+            ms = _median_ms(lambda: F.conv2d(x, w), reps=5)
+            flops = 2 * B * M * C * (H - K + 1) * (W - K + 1) * K * K
+            result["rows"].append({"set": name, "B": B, "M": M, "C": C, "H": H, "W": W, "K": K,
+                                   "cudnn_tf32_ms": ms, "gflops": flops / ms / 1e6})
+            with open(out, "w") as handle:    # after every shape, so a run cut short keeps what it measured
+                json.dump(result, handle, indent=1)
+            del x, w
+            torch.cuda.empty_cache()
+    torch.backends.cudnn.allow_tf32 = False
+    with open(out, "w") as handle:
+        json.dump(result, handle, indent=1)
+    print(json.dumps({k: v for k, v in result.items() if k != "rows"}))
+
+
+if __name__ == "__main__":
+    {"warm": lambda: warm(), "warm-lite": lambda: warm(False), "tf32": lambda: tf32(sys.argv[2]), "sweep": lambda: sweep(sys.argv[2])}[sys.argv[1]]()
