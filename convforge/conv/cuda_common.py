@@ -331,10 +331,13 @@ def cdiv(a: int, b: int) -> int:
 
 # -- the ConvFn contract -----------------------------------------------------------------------------
 
-def check_weight(weight: torch.Tensor, bias: Optional[torch.Tensor]) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-    """Float32, contiguous weight (M, C, K, K) and bias (M,) on one CUDA device."""
-    if weight.dim() != 4 or weight.shape[2] != weight.shape[3]:
-        raise ValueError(f"weight must be (M, C, K, K), got {tuple(weight.shape)}")
+def check_weight(weight: torch.Tensor, bias: Optional[torch.Tensor],
+                 square: bool = True) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Float32, contiguous weight (M, C, K, K), or (M, C, KH, KW) where not ``square``, and bias (M,) on one
+    CUDA device."""
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 4 or (square and weight.shape[2] != weight.shape[3]):
+        shape = tuple(weight.shape) if isinstance(weight, torch.Tensor) else type(weight).__name__
+        raise ValueError(f"weight must be (M, C, {'K, K' if square else 'KH, KW'}), got {shape}")
     if weight.device.type != DEVICE_TYPE:
         raise ValueError(f"weight must be on a {DEVICE_TYPE} device, got {weight.device}")
     weight = weight.detach().to(torch.float32).contiguous()
@@ -403,6 +406,17 @@ def fusion_codes(activation: Optional[str], pool) -> tuple[int, int]:
     if pool < 1:
         raise ValueError(f"pool must be >= 1, got {pool}")
     return code, pool
+
+
+def tensor_core_unavailable_reason(needs: str) -> Optional[str]:
+    """unavailable_reason, and compute capability 8.0 or newer (``needs``: what the kernel uses from it)."""
+    reason = unavailable_reason()
+    if reason:
+        return reason
+    major = torch.cuda.get_device_capability()[0]
+    if major < 8:
+        return f"needs compute capability 8.0 or newer for {needs} (this GPU is {major}.x)"
+    return None
 
 
 def unavailable_reason() -> Optional[str]:

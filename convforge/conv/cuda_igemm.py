@@ -180,29 +180,8 @@ def _tf32(t: torch.Tensor) -> torch.Tensor:
     return bits.view(torch.float32)
 
 
-def check_weight(weight: torch.Tensor, bias: Optional[torch.Tensor]):
-    """Float32 contiguous weight (M, C, KH, KW) (rectangular kernels too) and bias (M,) on the device."""
-    if not isinstance(weight, torch.Tensor) or weight.dim() != 4:
-        raise ValueError(f"weight must be (M, C, KH, KW), got "
-                         f"{tuple(weight.shape) if isinstance(weight, torch.Tensor) else type(weight).__name__}")
-    if weight.device.type != cc.DEVICE_TYPE:
-        raise ValueError(f"weight must be on a {cc.DEVICE_TYPE} device, got {weight.device}")
-    weight = weight.detach().to(torch.float32).contiguous()
-    if bias is not None:
-        if tuple(bias.shape) != (weight.shape[0],):
-            raise ValueError(f"bias must be ({weight.shape[0]},), got {tuple(bias.shape)}")
-        bias = bias.detach().to(device=weight.device, dtype=torch.float32).contiguous()
-    return weight, bias
-
-
 def unavailable_reason() -> Optional[str]:
-    reason = cc.unavailable_reason()
-    if reason:
-        return reason
-    major = torch.cuda.get_device_capability()[0]
-    if major < 8:
-        return f"needs compute capability 8.0 or newer for TF32 mma.sync and cp.async (this GPU is {major}.x)"
-    return None
+    return cc.tensor_core_unavailable_reason("TF32 mma.sync and cp.async")
 
 
 class IgemmLayer:
@@ -234,7 +213,7 @@ class IgemmLayer:
 
 def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, precision: str = "tf32x3", config=None,
             input_hw=None):
-    weight, bias = check_weight(weight, bias)
+    weight, bias = cc.check_weight(weight, bias, square=False)
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     return cc.per_input_size(weight, lambda h, w: IgemmLayer(weight, bias, h, w, precision, config), input_hw)

@@ -372,13 +372,7 @@ def pack_rows(weight: torch.Tensor, geom: RowsGeometry) -> torch.Tensor:
 
 
 def unavailable_reason() -> Optional[str]:
-    reason = cc.unavailable_reason()
-    if reason:
-        return reason
-    major = torch.cuda.get_device_capability()[0]
-    if major < 8:
-        return f"needs compute capability 8.0 or newer for TF32/FP16 mma.sync (this GPU is {major}.x)"
-    return None
+    return cc.tensor_core_unavailable_reason("TF32/FP16 mma.sync")
 
 
 class TcLayer:
