@@ -73,3 +73,20 @@ def cpu_tiles(request, monkeypatch):
     for name, value in zip(("TILE_ACCUMULATORS", "MAX_BLOCK", "REGISTERS"), cpu_parallel.TILES[vector]):
         monkeypatch.setattr(cpu_parallel, name, value)
     return vector
+
+
+# -- the CUDA kernels' host emulation (tests/test_cuda_kernels.py, tests/test_cuda_igemm.py) -----------------
+
+def _emulation_available() -> bool:
+    from convforge.conv import cuda_emulate
+    return cuda_emulate.compiler() is not None
+
+
+needs_cxx = pytest.mark.skipif(not _emulation_available(), reason="needs a C++20 compiler (g++) for the host emulation")
+
+
+@pytest.fixture(scope="module")
+def emulation():
+    from convforge.conv import cuda_emulate
+    with cuda_emulate.emulated(sm_count=2):
+        yield cuda_emulate

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from convforge import conv
 from convforge.conv import cuda_igemm
 from convforge.harness.check import describe_mismatch, poisoned, relative_error
+from conftest import needs_cxx
 
 NAMES = ("cuda-igemm-3xtf32", "cuda-igemm-tf32")
 
@@ -142,19 +143,6 @@ def test_fragment_order():
 
 # -- the host emulation --------------------------------------------------------------------------------------
 
-def _emulation_available() -> bool:
-    from convforge.conv import cuda_emulate
-    return cuda_emulate.compiler() is not None
-
-
-needs_cxx = pytest.mark.skipif(not _emulation_available(), reason="needs a C++20 compiler (g++) for the host emulation")
-
-
-@pytest.fixture(scope="module")
-def emulation():
-    from convforge.conv import cuda_emulate
-    with cuda_emulate.emulated(sm_count=2):
-        yield cuda_emulate
 
 
 @needs_cxx

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from convforge import conv
 from convforge.harness.check import describe_mismatch, poisoned, reference_layer, relative_error
 from convforge.models import PRESETS
+from conftest import needs_cxx
 
 EXACT = ("cuda-naive", "cuda-tiled", "cuda-constmem", "cuda-unroll-gemm", "cuda-fused-gemm", "cuda-fused-layer",
          "cuda-direct", "cuda-auto", "cuda-igemm-3xtf32")
@@ -233,19 +234,6 @@ def test_gpu_constmem_chunks_large_filter_banks():
 
 # -- on the host emulation (no GPU needed) ------------------------------------------------------------------
 
-def _emulation_available() -> bool:
-    from convforge.conv import cuda_emulate
-    return cuda_emulate.compiler() is not None
-
-
-needs_cxx = pytest.mark.skipif(not _emulation_available(), reason="needs a C++20 compiler (g++) for the host emulation")
-
-
-@pytest.fixture(scope="module")
-def emulation():
-    from convforge.conv import cuda_emulate
-    with cuda_emulate.emulated(sm_count=2):
-        yield cuda_emulate
 
 
 def _module_prepare(name):
