@@ -17,6 +17,9 @@ if not _HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest
+import torch
+
+from convforge.harness.check import describe_mismatch, poisoned, relative_error
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(os.environ.get("CONVFORGE_FIXTURES", REPO.parent / "shared" / "fixtures"))
@@ -90,3 +93,21 @@ def emulation():
     from convforge.conv import cuda_emulate
     with cuda_emulate.emulated(sm_count=2):
         yield cuda_emulate
+
+
+def check_layer_call(fn, x, ref, tolerance, what):
+    """One prepared layer called with a NaN-poisoned ``out`` and without: both within ``tolerance`` of the
+    float64 ``ref``, ``out`` returned, a fresh float32 output on x's device, x unchanged. Returns the error of
+    the ``out`` call."""
+    original = x.clone()
+    out = poisoned(ref.shape, x.device)
+    got = fn(x, out=out)
+    assert got is out, f"{what}: did not return the out buffer"
+    error = relative_error(got, ref)
+    assert error <= tolerance, f"{what}: relative error {error:.3g} > {tolerance:g}; {describe_mismatch(got, ref)}"
+    again = fn(x)
+    assert again.dtype == torch.float32 and again.device == x.device and tuple(again.shape) == ref.shape
+    fresh = relative_error(again, ref)
+    assert fresh <= tolerance, f"{what} (no out): relative error {fresh:.3g}; {describe_mismatch(again, ref)}"
+    assert torch.equal(x, original), f"{what}: modified its input"
+    return error

@@ -17,8 +17,8 @@ import torch.nn.functional as F
 
 from convforge import conv
 from convforge.conv import cuda_igemm
-from convforge.harness.check import describe_mismatch, poisoned, relative_error
-from conftest import needs_cxx
+from convforge.harness.check import poisoned, relative_error
+from conftest import check_layer_call as _check, needs_cxx
 
 NAMES = ("cuda-igemm-3xtf32", "cuda-igemm-tf32")
 
@@ -51,20 +51,6 @@ def _data(shape, seed, bias=True):
 def _reference(x, w, b):
     """float64 (torch's CPU convolution in double: the NumPy reference takes square kernels only)."""
     return F.conv2d(x.double().cpu(), w.double().cpu(), None if b is None else b.double().cpu()).numpy()
-
-
-def _check(fn, x, ref, tolerance, what):
-    original = x.clone()
-    out = poisoned(ref.shape, x.device)
-    got = fn(x, out=out)
-    assert got is out, f"{what}: did not return the out buffer"
-    error = relative_error(got, ref)
-    assert error <= tolerance, f"{what}: relative error {error:.3g} > {tolerance:g}; {describe_mismatch(got, ref)}"
-    again = fn(x)
-    assert again.dtype == torch.float32 and tuple(again.shape) == ref.shape
-    assert relative_error(again, ref) <= tolerance, f"{what} (no out)"
-    assert torch.equal(x, original), f"{what}: modified its input"
-    return error
 
 
 def _prepare(name, w, b, **kw):
@@ -142,7 +128,6 @@ def test_fragment_order():
 
 
 # -- the host emulation --------------------------------------------------------------------------------------
-
 
 
 @needs_cxx

@@ -18,9 +18,9 @@ import torch
 import torch.nn.functional as F
 
 from convforge import conv
-from convforge.harness.check import describe_mismatch, poisoned, reference_layer, relative_error
+from convforge.harness.check import poisoned, reference_layer, relative_error
 from convforge.models import PRESETS
-from conftest import needs_cxx
+from conftest import check_layer_call as _check, needs_cxx
 
 EXACT = ("cuda-naive", "cuda-tiled", "cuda-constmem", "cuda-unroll-gemm", "cuda-fused-gemm", "cuda-fused-layer",
          "cuda-direct", "cuda-auto", "cuda-igemm-3xtf32")
@@ -75,20 +75,6 @@ def _tf32(t, nearest=True):
 
 def _reference(x, w, b, activation=None, pool=None):
     return reference_layer(x, w, b, activation, pool)
-
-
-def _check(fn, x, ref, tolerance, what):
-    original = x.clone()
-    out = poisoned(ref.shape, x.device)
-    got = fn(x, out=out)
-    assert got is out, f"{what}: did not return the out buffer"
-    error = relative_error(got, ref)
-    assert error <= tolerance, f"{what}: relative error {error:.3g} > {tolerance:g}; {describe_mismatch(got, ref)}"
-    again = fn(x)
-    assert again.dtype == torch.float32 and again.device == x.device and tuple(again.shape) == ref.shape
-    error = relative_error(again, ref)
-    assert error <= tolerance, f"{what} (no out): relative error {error:.3g}; {describe_mismatch(again, ref)}"
-    assert torch.equal(x, original), f"{what}: modified its input"
 
 
 # -- on a GPU ------------------------------------------------------------------------------------------------
@@ -233,7 +219,6 @@ def test_gpu_constmem_chunks_large_filter_banks():
 
 
 # -- on the host emulation (no GPU needed) ------------------------------------------------------------------
-
 
 
 def _module_prepare(name):
