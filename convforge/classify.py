@@ -847,7 +847,12 @@ def _classify_distributed(args, device: str, dist: _Distributed) -> int:
             print(f"convforge: error: {f'rank {dist.rank}: ' if failed < dist.world else ''}{failure}",
                   file=sys.stderr)
         return 2
+    # Where the time went, per rank: its stream (read, copy, forward, write of its part) and its share.
+    slot = [0.0] * (2 * dist.world)
+    slot[dist.rank], slot[dist.world + dist.rank] = stats.seconds, stats.images
+    per_rank = dist.all_sum(slot)
     merge_failure: Optional[BaseException] = None
+    t_merge = time.perf_counter()
     if dist.rank == 0:
         try:
             _merge_parts(parts, result["dest"], result["output"], result["chunks"])
@@ -862,7 +867,9 @@ def _classify_distributed(args, device: str, dist: _Distributed) -> int:
     if dist.rank != 0:
         return 0
     result.update(images=int(images), skipped=int(skipped),
-                  correctness=correct / labelled if labelled else None)
+                  correctness=correct / labelled if labelled else None,
+                  ranks={"stream_s": per_rank[:dist.world], "images": [int(n) for n in per_rank[dist.world:]],
+                         "merge_s": time.perf_counter() - t_merge})
     return _report(args, result)
 
 
@@ -934,6 +941,8 @@ def _report(args, result: dict) -> int:
         "streamed_vs_compute": stream_rate / rates["compute_images_per_s"] if stream_rate else None,
         "prepare_s": result["prepare_s"], "correctness": result["correctness"],
     }
+    if "ranks" in result:
+        record["ranks"] = result["ranks"]
     from convforge.engine import resolve_device
     record["device"] = resolve_device(args.device)
     if stats.memory_mib:

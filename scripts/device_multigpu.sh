@@ -6,7 +6,7 @@
 #        GPUS (process counts, default "1 <all GPUs>"), DEVICE (cuda; cpu runs the gloo path as a smoke test)
 # Per model and process count: the wall time of the whole torchrun command, images/s, scaling efficiency
 # against G = 1, and whether rank 0's merged CSV equals the one-process file byte for byte. NVLink multicast
-# is left off (NCCL_NVLS_ENABLE=0, see the device tool's KINDS.md). Writes $OUT/multigpu/{scaling.txt,runs.log}.
+# is left off (NCCL_NVLS_ENABLE=0, see the device tool's KINDS.md). Writes $OUT/multigpu/{scaling.txt,runs.log,MODEL_GG.json}.
 set -uo pipefail
 export PYTHONPATH=$PWD CONVFORGE_DATA=${CONVFORGE_DATA:-$PWD/.data} PYTHONUNBUFFERED=1 CONVFORGE_CACHE=/tmp/cfcache
 export NCCL_NVLS_ENABLE=0
@@ -30,7 +30,8 @@ for model in $MODELS; do
     out=/tmp/multigpu_${model}_$g.csv
     start=$(date +%s.%N)
     torchrun --standalone --nproc-per-node="$g" -m convforge classify fashion-mnist:test --repeat "$REPEAT" \
-      --model "$model" --device "$DEVICE" --out "$out" --quiet --json --distributed >> "$OUT/runs.log" 2>&1
+      --model "$model" --device "$DEVICE" --out "$out" --quiet --json --distributed \
+      > "$OUT/${model}_G$g.json" 2>> "$OUT/runs.log"
     rc=$?
     seconds=$(python3 -c "import time; print(f'{time.time() - $start:.2f}')")
     rate=$(python3 -c "print(f'{$images / $seconds:.0f}')")
@@ -41,3 +42,19 @@ for model in $MODELS; do
       "$([ $rc = 0 ] || echo " exit $rc")" | tee -a "$OUT/scaling.txt"
   done
 done
+# Where the time went (rank 0's JSON): the slowest rank's stream, the spread between ranks, the merge.
+echo >> "$OUT/scaling.txt"
+python3 - "$OUT" <<'PY' | tee -a "$OUT/scaling.txt"
+import json, pathlib, sys
+print(f"{'run':<16} {'stream s (slowest rank)':>24} {'stream img/s':>13} {'slowest/fastest':>16} {'merge s':>8} "
+      f"{'compute img/s per GPU':>22} {'accuracy':>9}")
+for path in sorted(pathlib.Path(sys.argv[1]).glob("*_G*.json")):
+    try:
+        r = json.loads(path.read_text())
+    except ValueError:
+        print(f"{path.stem:<16} no JSON (see runs.log)"); continue
+    ranks = r.get("ranks") or {"stream_s": [r["seconds"]], "merge_s": 0.0}
+    slow = max(ranks["stream_s"])
+    print(f"{path.stem:<16} {slow:>24.2f} {r['images'] / slow:>13,.0f} {slow / min(ranks['stream_s']):>16.3f} "
+          f"{ranks['merge_s']:>8.2f} {r['compute_images_per_s']:>22,.0f} {r['correctness']:>9.4f}")
+PY

@@ -3,6 +3,7 @@
 import csv
 import gzip
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -300,6 +301,14 @@ def test_torchrun_gloo_equals_one_process(tmp_path, images, extra):
     assert (tmp_path / "two.csv").read_bytes() == (tmp_path / "one.csv").read_bytes()
     assert sorted(os.listdir(tmp_path)) == ["f", "one.csv", "two.csv"]  # the part files are gone
     if extra != ["--logits"]:
+        # The JSON record says where the time went per rank: each rank's share and stream time, and the merge.
+        three = subprocess.run(["torchrun", "--standalone", "--nproc-per-node=2", "-m", "convforge", *common,
+                                "--out", str(tmp_path / "three.csv"), "--distributed", "--json"],
+                               cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+        assert three.returncode == 0, three.stderr
+        ranks = json.loads(three.stdout)["ranks"]
+        assert sum(ranks["images"]) == 60 and min(ranks["images"]) > 0
+        assert len(ranks["stream_s"]) == 2 and min(ranks["stream_s"]) > 0 and ranks["merge_s"] > 0
         return
     # A bad image in rank 1's chunk (8..15) only: that rank says so in one line, both stop, nothing is written.
     (folder / "img009.png").write_bytes(b"not a png")
