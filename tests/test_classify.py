@@ -16,6 +16,7 @@ import torch
 
 from convforge import classify, data
 from convforge.engine import Engine
+from convforge.errors import UserError
 from convforge.models import load_preset
 
 REPO = Path(__file__).resolve().parents[1]
@@ -332,3 +333,55 @@ def test_gpu_stream_equals_engine_run(tmp_path, images, has_cuda, cli):
     assert code == 0, err
     engine = Engine(load_preset("fa17-high"), device="cuda")
     assert np.array_equal(_classes(out), np.tile(engine.run(images).predictions, 5))
+
+
+def _assembly_inputs(tmp_path, chunks: int):
+    """A one-rank part file of ``chunks`` CSV chunks written in a scrambled order, and what the file must be."""
+    dest = tmp_path / "out.csv"
+    output = classify.Output("csv", 10, None, False, 1000)
+    part = tmp_path / "out.csv.part-0"
+    writer = classify.Output("csv-part", 10, None, False, 1000).open(part)
+    rng = np.random.default_rng(3)
+    rows = {n: (np.arange(n * 5, n * 5 + 5), rng.integers(0, 10, 5)) for n in range(chunks)}
+    for n in rng.permutation(chunks):
+        writer.write(int(n), *rows[n], None)
+    index = writer.part_index
+    writer.close()
+    expected = io.BytesIO()
+    csv_writer = classify.CsvWriter(expected, 10, None, False)
+    for n in range(chunks):
+        csv_writer.write(*rows[n], None)
+    return dest, part, index, {"dest": dest, "chunks": chunks, "output": output}, expected.getvalue()
+
+
+def test_assemble_csv_puts_chunks_at_their_offsets(tmp_path):
+    dest, part, index, result, expected = _assembly_inputs(tmp_path, 7)
+    classify._assemble_csv(part, index, result, classify._Distributed())
+    assert dest.read_bytes() == expected
+    assert sorted(os.listdir(tmp_path)) == ["out.csv"]  # the part and the temporary file are gone
+
+
+def test_assemble_csv_failure_leaves_the_old_file(tmp_path):
+    dest, part, index, result, _ = _assembly_inputs(tmp_path, 4)
+    dest.write_bytes(b"old\n")
+    part.write_bytes(part.read_bytes()[:-3])   # a part that ends early
+    with pytest.raises(UserError, match="ended early"):
+        classify._assemble_csv(part, index, result, classify._Distributed())
+    assert dest.read_bytes() == b"old\n" and sorted(os.listdir(tmp_path)) == ["out.csv"]
+
+
+@pytest.mark.skipif(shutil.which("torchrun") is None, reason="torchrun is not on PATH")
+def test_torchrun_gloo_parquet_equals_one_process(tmp_path, images):
+    pq = pytest.importorskip("pyarrow.parquet")
+    common = ["classify", "fashion-mnist:test", "--limit", "50", "--device", "cpu", "--impl", "torch",
+              "--chunk", "8", "--quiet", "--logits"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    one = subprocess.run([sys.executable, "-m", "convforge", *common, "--out", str(tmp_path / "one.parquet")],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert one.returncode == 0, one.stderr
+    two = subprocess.run(["torchrun", "--standalone", "--nproc-per-node=2", "-m", "convforge", *common,
+                          "--out", str(tmp_path / "two.parquet"), "--distributed"],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert two.returncode == 0, two.stderr
+    assert pq.read_table(tmp_path / "two.parquet").equals(pq.read_table(tmp_path / "one.parquet"))
+    assert sorted(os.listdir(tmp_path)) == ["one.parquet", "two.parquet"]
