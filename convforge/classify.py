@@ -51,6 +51,7 @@ HOST_SLOT_BYTES = 64 << 20   # bound on one pinned input buffer; the ring holds 
 COPY_THREADS = min(8, max(2, os.cpu_count() or 2))   # threads copying one chunk into its pinned buffer
 FORMAT_THREADS = 4           # threads formatting one chunk of CSV rows
 RING = 3                     # host buffers: one being filled, two queued on the GPU
+PIN_SOURCE_BYTES = 1 << 30   # an in-memory source up to this size is page-locked once and copied from directly
 PARQUET_HINT = "pip install 'convforge[parquet]' (pyarrow)"
 
 
@@ -63,6 +64,10 @@ class _Source:
     hw: tuple[int, int]
     labels: Optional[np.ndarray] = None
     paths: Optional[list[str]] = None
+    pinned: bool = False   # read() returns views of page-locked memory: the device copies from them directly
+
+    def pin(self) -> None:
+        """Page-lock the images where that saves the copy into the stream's pinned buffers."""
 
     def read(self, start: int, stop: int, bad: Callable[[str, str], None]) -> tuple[np.ndarray, np.ndarray]:
         """(images (n, h, w) uint8, their offsets in the pass) for offsets [start, stop)."""
@@ -79,6 +84,15 @@ class _ArraySource(_Source):
 
     def read(self, start, stop, bad):
         return self.array[start:stop], np.arange(start, stop, dtype=np.int64)
+
+    def pin(self) -> None:
+        # In memory (not a mapped file) and small: one page-locked copy, then no host copy per chunk, which
+        # bounded an 86-px stream at 3.2M images/s (7.4 KB each) against 4.6M/s of compute on an H100.
+        if self.pinned or isinstance(self.array, np.memmap) or self.array.nbytes > PIN_SOURCE_BYTES:
+            return
+        import torch
+        self._locked = torch.from_numpy(np.ascontiguousarray(self.array)).pin_memory()
+        self.array, self.pinned = self._locked.numpy(), True
 
 
 class _GzipIdxSource(_Source):
@@ -265,6 +279,7 @@ class Chunk:
     number: int
     positions: np.ndarray       # (n,) int64 stream positions of the images kept
     pieces: list[np.ndarray]    # (n_i, S, S) uint8 at the model's input size, n = sum n_i, in stream order
+    pinned: bool = False        # the pieces are views of page-locked memory (no copy into a pinned buffer)
 
     @property
     def images(self) -> np.ndarray:
@@ -294,9 +309,10 @@ def read_chunks(source: _Source, size: int, total: int, chunk: int, bad: Callabl
         # Pieces stay apart (views of the source where it is in memory): joining them here would fault in a
         # fresh chunk-sized array per chunk, which bounded the stream at ~2.7 GB/s; they are copied once, into
         # the pinned buffer.
-        pieces = [course_resize(piece, size) if piece.shape[1:] != (size, size) and len(piece) else
-                  piece.reshape(-1, size, size) for piece in pieces]
-        yield Chunk(number, np.concatenate(positions), pieces)
+        resize = pieces[0].shape[1:] != (size, size)
+        pieces = [course_resize(piece, size) if resize and len(piece) else piece.reshape(-1, size, size)
+                  for piece in pieces]
+        yield Chunk(number, np.concatenate(positions), pieces, source.pinned and not resize)
 
 
 # ----------------------------------------------------------------------------------------- writers
@@ -551,8 +567,9 @@ class _Producer(threading.Thread):
                 slot = self._take_slot()
                 if slot is None:
                     return
-                self._copy(self.buffers[slot][:len(chunk.positions)], chunk.pieces)
-                chunk.pieces = []  # the buffer holds them now
+                if not chunk.pinned:   # a pinned chunk keeps the slot as a place in the ring, not for its images
+                    self._copy(self.buffers[slot][:len(chunk.positions)], chunk.pieces)
+                    chunk.pieces = []  # the buffer holds them now
                 self.filled.put((slot, chunk))
             self.filled.put(None)
         except BaseException as exc:  # handed to the consumer, which raises it in the main thread
@@ -688,7 +705,13 @@ def stream(engine, chunks: Iterator[Chunk], output: Output, chunk: int, logits: 
                     d = i % len(device_in)
                     with torch.cuda.stream(copy_stream):
                         copy_stream.wait_event(device_free[d])   # the forward pass that read it has converted it
-                        device_in[d][:n].copy_(host_in[slot][:n], non_blocking=True)
+                        if item.pinned:
+                            at = 0
+                            for piece in item.pieces:
+                                device_in[d][at:at + len(piece)].copy_(torch.from_numpy(piece), non_blocking=True)
+                                at += len(piece)
+                        else:
+                            device_in[d][:n].copy_(host_in[slot][:n], non_blocking=True)
                         copied = torch.cuda.Event()
                         copied.record(copy_stream)
                     with torch.cuda.stream(compute_stream):
@@ -990,6 +1013,8 @@ def _classify(args, device: str, dist: _Distributed) -> dict:
         if args.limit is not None:
             total = min(total, args.limit)
         engine = Engine(network, impl=args.impl, device=device, fuse=not args.no_fuse)
+        if engine.device == "cuda":
+            source.pin()
         chunk = min(args.chunk or max(1, min(engine.chunk, HOST_SLOT_BYTES // (size * size))), total)
         classes = network.architecture.layers[-1].out_features
         skipped = [0]

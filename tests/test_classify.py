@@ -323,6 +323,24 @@ def test_torchrun_gloo_equals_one_process(tmp_path, images, extra):
 
 
 @pytest.mark.gpu
+def test_gpu_pinned_source_stream_equals_engine_run(tmp_path, has_cuda, cli):
+    """An in-memory source is page-locked and copied to the GPU straight from its views; chunks that wrap
+    round the end of a pass (3001 does not divide 10000) come from two pieces."""
+    if not has_cuda:
+        pytest.skip("needs a CUDA GPU")
+    source = classify.open_source("fashion-mnist:test", 86, None)
+    source.pin()
+    assert source.pinned and torch.from_numpy(source.array[5:9]).is_pinned()
+    out = tmp_path / "p.csv"
+    code, _, err = cli("classify", "fashion-mnist:test", "--model", "fa20", "--out", out, "--device", "cuda",
+                       "--chunk", "3001", "--limit", "25000", "--quiet")
+    assert code == 0, err
+    dataset = data.load("test", 86)
+    expected = Engine(load_preset("fa20"), device="cuda").run(dataset.images).predictions
+    assert np.array_equal(_classes(out), np.tile(expected, 3)[:25000])
+
+
+@pytest.mark.gpu
 def test_gpu_stream_equals_engine_run(tmp_path, images, has_cuda, cli):
     if not has_cuda:
         pytest.skip("needs a CUDA GPU")
