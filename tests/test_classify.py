@@ -329,8 +329,8 @@ def test_gpu_pinned_source_stream_equals_engine_run(tmp_path, has_cuda, cli):
     if not has_cuda:
         pytest.skip("needs a CUDA GPU")
     source = classify.open_source("fashion-mnist:test", 86, None)
-    source.pin()
-    assert source.pinned and torch.from_numpy(source.array[5:9]).is_pinned()
+    source.pin(86)
+    assert source.pinned and source.read(5, 9, None)[0].is_pinned()
     out = tmp_path / "p.csv"
     code, _, err = cli("classify", "fashion-mnist:test", "--model", "fa20", "--out", out, "--device", "cuda",
                        "--chunk", "3001", "--limit", "25000", "--quiet")
@@ -403,3 +403,22 @@ def test_torchrun_gloo_parquet_equals_one_process(tmp_path, images):
     assert two.returncode == 0, two.stderr
     assert pq.read_table(tmp_path / "two.parquet").equals(pq.read_table(tmp_path / "one.parquet"))
     assert sorted(os.listdir(tmp_path)) == ["one.parquet", "two.parquet"]
+
+
+def test_stream_from_tensor_views_equals_copies(tmp_path, images):
+    """The pinned-source path (chunks as views of the source, no copy into the ring) on the CPU, with a plain
+    tensor standing in for page-locked memory: same predictions as the copying path; chunks wrap a pass."""
+    engine = Engine(load_preset("fa17-high"), device="cpu")
+    results = {}
+    for views in (False, True):
+        source = classify._ArraySource(images[:50], "test")
+        if views:
+            source._locked, source.pinned = torch.from_numpy(images[:50].copy()), True
+        output = classify.Output("csv", 10, None, False, source.count)
+        path = tmp_path / f"{views}.csv"
+        with classify.atomic_path(path) as tmp:
+            output.open(tmp)
+            classify.stream(engine, classify.read_chunks(source, 28, 130, 16, None), output, 16, False)
+            output.close()
+        results[views] = path.read_bytes()
+    assert results[True] == results[False] and results[True].count(b"\n") == 131
