@@ -46,7 +46,6 @@ import importlib
 import importlib.metadata
 import json
 import os
-import platform
 import statistics
 import threading
 import time
@@ -301,20 +300,11 @@ def machine_key(device: torch.device) -> str:
                     f"cupy {_version('cupy-cuda12x') if _version('cupy-cuda12x') != 'none' else _version('cupy')}",
                     f"cudnn {torch.backends.cudnn.version()}"]
         else:
-            name = f"{_cpu_name()} x{torch.get_num_threads()} threads"
+            from convforge.harness.probes import cpu_model
+            name = f"{cpu_model()} x{torch.get_num_threads()} threads"
             libs = [f"torch {torch.__version__}", f"numba {_version('numba')}"]
         _machine_keys[memo] = f"{name} | " + ", ".join(libs + [f"convforge {_version('convforge')}"])
     return _machine_keys[memo]
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 # ------------------------------------------------------------------------------------------- disk cache

@@ -239,7 +239,8 @@ def _package_versions(modules: Sequence[str]) -> dict[str, Optional[str]]:
     return {module: metadata.version(providers[module][0]) if module in providers else None for module in modules}
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), for result records and cache keys."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as handle:
             for line in handle:
@@ -336,7 +337,7 @@ def environment(device: str) -> dict:
     on_gpu = device == "cuda"
     return {
         "machine": f"{platform.node()} ({platform.platform()})",
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "threads": torch.get_num_threads(),
         "gpu": torch.cuda.get_device_name() if on_gpu else None,
         "torch": torch.__version__,
