@@ -333,7 +333,7 @@ def test_gpu_pinned_source_stream_equals_engine_run(tmp_path, has_cuda, cli):
     assert source.pinned and source.read(5, 9, None)[0].is_pinned()
     out = tmp_path / "p.csv"
     code, _, err = cli("classify", "fashion-mnist:test", "--model", "fa20", "--out", out, "--device", "cuda",
-                       "--chunk", "3001", "--limit", "25000", "--quiet")
+                       "--chunk", "3001", "--repeat", "3", "--limit", "25000", "--quiet")
     assert code == 0, err
     dataset = data.load("test", 86)
     expected = Engine(load_preset("fa20"), device="cuda").run(dataset.images).predictions

@@ -141,3 +141,24 @@ def test_a_gpu_shared_with_other_work_halves_the_chunk(data_dir, capsys):
         torch.cuda.empty_cache()
     assert np.array_equal(result.predictions, expected)
     assert engine.chunk < 2000 and "out of cuda memory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_gpu_dense_layouts_match_float64(bias):
+    """Both cuBLAS layouts the GPU engine chooses between are exact; the choice is made once per batch size
+    (run here on the CPU, where the same code times with a wall clock)."""
+    from convforge.engine import GpuDense
+    gen = torch.Generator().manual_seed(5)
+    weight = torch.randn(37, 203, generator=gen)
+    b = torch.randn(37, generator=gen) if bias else None
+    dense = GpuDense(weight, b)
+    for rows in (1, 19, 64):
+        x = torch.rand(rows, 203, generator=gen) * 3 - 1
+        ref = torch.nn.functional.linear(x.double(), weight.double(), b.double() if bias else None)
+        for variant in GpuDense.VARIANTS:
+            out = dense.run(variant, x)
+            assert ((out.double() - ref).norm() / ref.norm()).item() <= 1e-5, variant
+        out = dense(x)
+        assert dense.choice[rows] in GpuDense.VARIANTS
+        assert ((out.double() - ref).norm() / ref.norm()).item() <= 1e-5
+    assert sorted(dense.choice) == [1, 19, 64]
