@@ -259,6 +259,23 @@ def test_the_floor_takes_the_best_measured_rates():
     assert "read 20.0" in ceilings.describe() and "FMA peak 300.0" in ceilings.describe()
 
 
+def test_reduced_precision_floors_use_the_tensor_core_rates():
+    """A TF32 or FP16 kernel is held to the tensor-core rate it may use, 3xTF32 to a third of TF32's, a mixed
+    network to the fastest; exact kernels keep the fp32 rates; a rate not measured (CPU) is left out."""
+    gpu = probes.Ceilings(copy_gbps=10.0, matmul_gflops=100.0, fma_gflops=300.0, tf32_gflops=1200.0,
+                          fp16_gflops=2400.0)
+    flops = 2400e9
+    assert gpu.floor_s(flops, 0) == pytest.approx(8.0)
+    assert gpu.floor_s(flops, 0, "fp64") == pytest.approx(8.0)
+    assert gpu.floor_s(flops, 0, "tf32") == pytest.approx(2.0)
+    assert gpu.floor_s(flops, 0, "tf32x3") == pytest.approx(6.0)
+    assert gpu.floor_s(flops, 0, "fp16") == gpu.floor_s(flops, 0, "bf16") == pytest.approx(1.0)
+    assert gpu.floor_s(flops, 0, "mixed") == pytest.approx(1.0)
+    assert gpu.floor_s(flops, 50e9, "mixed") == pytest.approx(5.0)   # bytes still bound it
+    assert FAKE_CEILINGS.floor_s(flops, 0, "fp16") == FAKE_CEILINGS.floor_s(flops, 0)
+    assert "TF32 tensor cores 1200.0" in gpu.describe() and "tensor" not in FAKE_CEILINGS.describe()
+
+
 def test_time_calls_counts_warmup_and_repeats():
     calls = []
     times = timing.time_calls(calls.append, [torch.zeros(1)], "cpu", warmup=2, repeat=5)

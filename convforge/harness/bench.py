@@ -67,7 +67,8 @@ ROW_KEYS = ("kind", "model", "layer", "B", "M", "C", "H", "W", "K", "impl", "pre
             "roofline_pct", "baseline", "baseline_ms", "speedup", "copy_gbps", "matmul_gflops",
             "machine", "cpu", "threads", "gpu", "torch", "cuda", "cudnn", "numba", "triton", "cupy", "python",
             "date", "gpu_uuid", "timing", "fma_gflops", "minflt_per_call", "loadavg_1m", "other_cpu_pct",
-            "steal_pct", "thp_enabled", "thp_defrag", "torch_thp_alloc", *GPU_CLOCK_FIELDS, "read_gbps", "write_gbps")
+            "steal_pct", "thp_enabled", "thp_defrag", "torch_thp_alloc", *GPU_CLOCK_FIELDS, "read_gbps", "write_gbps",
+            "tf32_gflops", "fp16_gflops")
 
 
 # ------------------------------------------------------------------------------------------ cases
@@ -157,7 +158,7 @@ def make_row(kind: str, case: BenchCase, impl: str, precision: str, device: str,
         out_elements = shape.B * shape.M * (out_h // pool) * (out_w // pool)
     median_s = float(np.median(times))
     bytes_moved = shape.bytes_moved(out_elements)
-    floor_s = ceilings.layer_floor_s(shape, pool)
+    floor_s = ceilings.layer_floor_s(shape, pool, precision)
     row = {"kind": kind, "model": case.model, "layer": case.spec.label,
            "B": shape.B, "M": shape.M, "C": shape.C, "H": shape.H, "W": shape.W, "K": shape.K,
            "impl": impl, "precision": precision, "device": device,
@@ -167,7 +168,8 @@ def make_row(kind: str, case: BenchCase, impl: str, precision: str, device: str,
            "gbps": bytes_moved / median_s / 1e9, "floor_ms": floor_s * 1e3, "roofline_pct": 100 * floor_s / median_s,
            "baseline": baseline, "baseline_ms": baseline_ms, "speedup": baseline_ms / (median_s * 1e3),
            "copy_gbps": ceilings.copy_gbps, "matmul_gflops": ceilings.matmul_gflops,
-           "fma_gflops": ceilings.fma_gflops, "read_gbps": ceilings.read_gbps, "write_gbps": ceilings.write_gbps, **env, **(load or {})}
+           "fma_gflops": ceilings.fma_gflops, "read_gbps": ceilings.read_gbps, "write_gbps": ceilings.write_gbps,
+           "tf32_gflops": ceilings.tf32_gflops, "fp16_gflops": ceilings.fp16_gflops, **env, **(load or {})}
     return {key: row.get(key) for key in ROW_KEYS}
 
 

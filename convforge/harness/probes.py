@@ -45,12 +45,18 @@ class Ceilings:
     A floor must be a floor: a kernel that only reads (most of a conv layer's traffic is its input) can
     beat the copy rate, and a direct convolution's FMAs can beat cuBLAS's SGEMM rate (H200 run of
     2026-11-25: four rows at 102-103 % of a copy/SGEMM floor). So the floor takes the best bandwidth and
-    the best arithmetic rate measured; a rate not measured (None) is left out."""
+    the best arithmetic rate measured; a rate not measured (None) is left out.
+
+    A reduced-precision kernel's floor uses the tensor-core rate its arithmetic may reach (``precision``:
+    "tf32" the TF32 matmul rate, "tf32x3" a third of it, "fp16"/"bf16" the FP16 rate, "mixed" for a network
+    whose layers mix them, the fastest of all); else a TF32 kernel would run "above its floor"."""
     copy_gbps: float
     matmul_gflops: float
     fma_gflops: Optional[float] = None
     read_gbps: Optional[float] = None
     write_gbps: Optional[float] = None
+    tf32_gflops: Optional[float] = None   # tensor cores, fp32 accumulation (GPU only)
+    fp16_gflops: Optional[float] = None
 
     @property
     def bandwidth_gbps(self) -> float:
@@ -60,21 +66,30 @@ class Ceilings:
     def compute_gflops(self) -> float:
         return max(rate for rate in (self.matmul_gflops, self.fma_gflops) if rate)
 
-    def floor_s(self, flops: int, bytes_moved: int) -> float:
-        return max(bytes_moved / (self.bandwidth_gbps * 1e9), flops / (self.compute_gflops * 1e9))
+    def compute_gflops_for(self, precision: str = "fp32") -> float:
+        """The arithmetic ceiling of a kernel computing at ``precision`` (see the class note)."""
+        tensor = {"tf32": [self.tf32_gflops], "tf32x3": [self.tf32_gflops and self.tf32_gflops / 3],
+                  "fp16": [self.fp16_gflops], "bf16": [self.fp16_gflops],
+                  "mixed": [self.tf32_gflops, self.fp16_gflops]}.get(precision, [])
+        return max([self.compute_gflops] + [rate for rate in tensor if rate])
 
-    def layer_floor_s(self, shape: ConvShape, pool: Optional[int] = None) -> float:
+    def floor_s(self, flops: int, bytes_moved: int, precision: str = "fp32") -> float:
+        return max(bytes_moved / (self.bandwidth_gbps * 1e9), flops / (self.compute_gflops_for(precision) * 1e9))
+
+    def layer_floor_s(self, shape: ConvShape, pool: Optional[int] = None, precision: str = "fp32") -> float:
         """The roofline floor of one conv layer; with ``pool`` (a fused call) only the pooled output is written."""
         out_h, out_w = shape.out_hw
         out_elements = None if not pool else shape.B * shape.M * (out_h // pool) * (out_w // pool)
-        return self.floor_s(shape.flops, shape.bytes_moved(out_elements))
+        return self.floor_s(shape.flops, shape.bytes_moved(out_elements), precision)
 
     def describe(self) -> str:
         """One line for a run's header."""
         parts = [f"copy {self.copy_gbps:.1f}"]
         parts += [f"{name} {rate:.1f}" for name, rate in (("read", self.read_gbps), ("write", self.write_gbps)) if rate]
         fma = f", FMA peak {self.fma_gflops:.1f}" if self.fma_gflops else ""
-        return f"{', '.join(parts)} GB/s; fp32 matmul {self.matmul_gflops:.1f}{fma} GFLOP/s"
+        tensor = "".join(f", {name} tensor cores {rate:.1f}" for name, rate in
+                         (("TF32", self.tf32_gflops), ("FP16", self.fp16_gflops)) if rate)
+        return f"{', '.join(parts)} GB/s; fp32 matmul {self.matmul_gflops:.1f}{fma}{tensor} GFLOP/s"
 
 
 def measure_ceilings(device: str, budget_s: float = DEFAULT_BUDGET_S) -> Ceilings:
@@ -107,8 +122,20 @@ def measure_ceilings(device: str, budget_s: float = DEFAULT_BUDGET_S) -> Ceiling
         matmul_gflops = max(matmul_gflops, 2 * n ** 3 / seconds / 1e9)
     fma = (fma_peak_gflops(torch.get_num_threads(), budget_s / 2) if device == "cpu"
            else gpu_fma_peak_gflops(budget_s / 4))
+    tensor = {}
+    if device == "cuda":   # the tensor-core rates that reduced-precision kernels are held to
+        n = MATMUL_SIZES[device][-1]
+        for name, dtype, tf32 in (("tf32_gflops", torch.float32, True), ("fp16_gflops", torch.float16, False)):
+            a, b = torch.rand(n, n, device=device, dtype=dtype), torch.rand(n, n, device=device, dtype=dtype)
+            product = torch.empty(n, n, device=device, dtype=dtype)
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            try:
+                seconds = fastest(lambda left: torch.mm(left, b, out=product), [a], budget_s / 4)
+            finally:
+                torch.backends.cuda.matmul.allow_tf32 = False
+            tensor[name] = 2 * n ** 3 / seconds / 1e9
     return Ceilings(copy_gbps=2 * nbytes / copy_s / 1e9, matmul_gflops=matmul_gflops, fma_gflops=fma,
-                    read_gbps=nbytes / read_s / 1e9, write_gbps=nbytes / write_s / 1e9)
+                    read_gbps=nbytes / read_s / 1e9, write_gbps=nbytes / write_s / 1e9, **tensor)
 
 
 def fma_chains_intrinsic(chains: int, depth: int, lanes: int):

@@ -236,7 +236,7 @@ def run_sweep(args) -> int:
                         times = time_calls(fn, inputs, device, warmup=args.warmup, repeat=args.repeat,
                                            timing=args.timing)
                         ms = 1e3 * statistics.median(times.tolist())
-                    floor = 1e3 * ceilings.layer_floor_s(s, pool)
+                    floor = 1e3 * ceilings.layer_floor_s(s, pool, impl.precision)
                     rows.append(dict(layer=spec.label, impl=impl.name, fusion=fusion, config=_config_dict(config),
                                      error=error, ok=ok, median_ms=ms, floor_ms=floor))
                     print(f"{'ok  ' if ok else 'BAD '} {spec.label:8s} {what:60s} err {error:8.1e}" +

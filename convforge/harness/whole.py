@@ -9,6 +9,7 @@ Every candidate's logits are checked against a float64 forward pass on the same 
 The network's floor: FLOPs of every layer at the best measured fp32 rate (SGEMM or FMA peak), or the bytes
 that must move (the float32 input read once, the weights, the logits written) at the best measured bandwidth
 (copy, read or write), whichever is longer. Intermediate maps are not counted: a fused network need not write them.
+The fast path's floor takes the fastest tensor-core rate measured (FP16 or TF32) instead of the fp32 rate.
 """
 
 from __future__ import annotations
@@ -84,6 +85,8 @@ def bench_network(name: str, batches: Sequence[int], ceilings, compile_batches: 
             reference = forward_with(arch, params64, x.double()).cpu().numpy()
         cost = network_cost(network, batch)
         floor_ms = ceilings.floor_s(cost.flops, cost.bytes_moved) * 1e3
+        # The fast path's layers run on FP16 and TF32 tensor cores: its floor takes the fastest rate it may use.
+        fast_floor_ms = ceilings.floor_s(cost.flops, cost.bytes_moved, "mixed") * 1e3
         inputs = rotated_inputs(x)
         runs = candidates(network, batch, compile_batches)
         for label, make in runs.items():
@@ -95,18 +98,21 @@ def bench_network(name: str, batches: Sequence[int], ceilings, compile_batches: 
                 # Host launch work included: for 10-1000 images it is most of what a user waits for.
                 times = time_calls(lambda xi: forward(xi), inputs, "cuda", repeat=repeat, timing="call")
             ms = float(np.median(times)) * 1e3
-            rows.append(dict(model=name, batch=batch, candidate=label, ms=ms, floor_ms=floor_ms,
-                             pct_floor=100 * floor_ms / ms, images_per_s=batch / ms * 1e3,
+            floor = fast_floor_ms if label.startswith("convforge fast") else floor_ms
+            rows.append(dict(model=name, batch=batch, candidate=label, ms=ms, floor_ms=floor,
+                             floor_precision="mixed" if floor is fast_floor_ms else "fp32",
+                             pct_floor=100 * floor / ms, images_per_s=batch / ms * 1e3,
                              gflops=cost.flops / ms / 1e6, relative_error=error, predictions_agree=agree,
                              repeats=len(times)))
-            print(f"{name:9s} {batch:6d} {label:30s} {ms:9.4f} ms  floor {floor_ms:8.4f}  "
-                  f"{100 * floor_ms / ms:5.1f}%  err {error:.1e}", flush=True)
+            print(f"{name:9s} {batch:6d} {label:30s} {ms:9.4f} ms  floor {floor:8.4f}  "
+                  f"{100 * floor / ms:5.1f}%  err {error:.1e}", flush=True)
         # Only once the graphs are gone: empty_cache frees the cuBLAS workspaces their GEMMs were captured with.
         del runs
         torch.cuda.empty_cache()
     env = environment("cuda")
     return [dict(row, **env, timing="call", copy_gbps=ceilings.copy_gbps, matmul_gflops=ceilings.matmul_gflops,
-                 read_gbps=ceilings.read_gbps, write_gbps=ceilings.write_gbps, fma_gflops=ceilings.fma_gflops)
+                 read_gbps=ceilings.read_gbps, write_gbps=ceilings.write_gbps, fma_gflops=ceilings.fma_gflops,
+                 tf32_gflops=ceilings.tf32_gflops, fp16_gflops=ceilings.fp16_gflops)
             for row in rows]
 
 
