@@ -283,6 +283,18 @@ def test_skip_bad_reports_and_skips(cli, tmp_path, images, expected):
     assert "(1 skipped)" in stdout
 
 
+def _classify_one(args, env):
+    """``convforge classify ARGS`` in one process."""
+    return subprocess.run([sys.executable, "-m", "convforge", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def _classify_torchrun(args, env):
+    """``convforge classify ARGS --distributed`` under torchrun, two processes (gloo on the CPU)."""
+    return subprocess.run(["torchrun", "--standalone", "--nproc-per-node=2", "-m", "convforge", *args,
+                           "--distributed"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+
+
 @pytest.mark.skipif(shutil.which("torchrun") is None, reason="torchrun is not on PATH")
 @pytest.mark.parametrize("extra", [["--logits"], ["--format", "csv", "--chunk", "7"]])
 def test_torchrun_gloo_equals_one_process(tmp_path, images, extra):
@@ -291,21 +303,16 @@ def test_torchrun_gloo_equals_one_process(tmp_path, images, extra):
     common = ["classify", str(folder), "--device", "cpu", "--impl", "torch", "--chunk", "8", "--repeat", "2",
               "--quiet", *extra]
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    one = subprocess.run([sys.executable, "-m", "convforge", *common, "--out", str(tmp_path / "one.csv")],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    one = _classify_one([*common, "--out", str(tmp_path / "one.csv")], env)
     assert one.returncode == 0, one.stderr
-    two = subprocess.run(["torchrun", "--standalone", "--nproc-per-node=2", "-m", "convforge", *common,
-                          "--out", str(tmp_path / "two.csv"), "--distributed"],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    two = _classify_torchrun([*common, "--out", str(tmp_path / "two.csv")], env)
     assert two.returncode == 0, two.stderr
     assert "classified 60 images" in two.stdout and two.stdout.count("classified") == 1
     assert (tmp_path / "two.csv").read_bytes() == (tmp_path / "one.csv").read_bytes()
     assert sorted(os.listdir(tmp_path)) == ["f", "one.csv", "two.csv"]  # the part files are gone
     if extra != ["--logits"]:
         # The JSON record says where the time went per rank: each rank's share and stream time, and the merge.
-        three = subprocess.run(["torchrun", "--standalone", "--nproc-per-node=2", "-m", "convforge", *common,
-                                "--out", str(tmp_path / "three.csv"), "--distributed", "--json"],
-                               cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+        three = _classify_torchrun([*common, "--out", str(tmp_path / "three.csv"), "--json"], env)
         assert three.returncode == 0, three.stderr
         ranks = json.loads(three.stdout)["ranks"]
         assert sum(ranks["images"]) == 60 and min(ranks["images"]) > 0
@@ -313,9 +320,7 @@ def test_torchrun_gloo_equals_one_process(tmp_path, images, extra):
         return
     # A bad image in rank 1's chunk (8..15) only: that rank says so in one line, both stop, nothing is written.
     (folder / "img009.png").write_bytes(b"not a png")
-    bad = subprocess.run(["torchrun", "--standalone", "--nproc-per-node=2", "-m", "convforge", *common,
-                          "--limit", "16", "--out", str(tmp_path / "bad.csv"), "--distributed"],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    bad = _classify_torchrun([*common, "--limit", "16", "--out", str(tmp_path / "bad.csv")], env)
     assert bad.returncode != 0 and bad.stdout == ""
     errors = [line for line in bad.stderr.splitlines() if line.startswith("convforge: error:")]
     assert len(errors) == 1 and "rank 1: " in errors[0] and "img009.png: unreadable image" in errors[0], bad.stderr
@@ -394,12 +399,9 @@ def test_torchrun_gloo_parquet_equals_one_process(tmp_path, images):
     common = ["classify", "fashion-mnist:test", "--limit", "50", "--device", "cpu", "--impl", "torch",
               "--chunk", "8", "--quiet", "--logits"]
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    one = subprocess.run([sys.executable, "-m", "convforge", *common, "--out", str(tmp_path / "one.parquet")],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    one = _classify_one([*common, "--out", str(tmp_path / "one.parquet")], env)
     assert one.returncode == 0, one.stderr
-    two = subprocess.run(["torchrun", "--standalone", "--nproc-per-node=2", "-m", "convforge", *common,
-                          "--out", str(tmp_path / "two.parquet"), "--distributed"],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    two = _classify_torchrun([*common, "--out", str(tmp_path / "two.parquet")], env)
     assert two.returncode == 0, two.stderr
     assert pq.read_table(tmp_path / "two.parquet").equals(pq.read_table(tmp_path / "one.parquet"))
     assert sorted(os.listdir(tmp_path)) == ["one.parquet", "two.parquet"]
