@@ -38,11 +38,10 @@ TILES = {16: (8, 3), 8: (6, 1)}    # vector lanes (cpu_loops.vector_lanes) -> (M
 STRIPE = 16     # images per packed stripe when whole tiles fit (AVX-512's 8 x 3 tile: two per stripe)
 MR, PR = TILES[vector_lanes()]
 # Per ISA: (KC, NC). KC: the reduction slice (a tile's packed inputs, KC * S * 4 = 16 KiB, in L1; W's slice,
-# KC * Np * 4, in L2). NC: images per block (their packed slice, NC * KC * 4, and their outputs, NC * Np * 4,
-# in L2 with W's slice): 384 on the AVX-512 Xeon (2 MiB of L2 a core; fa17's 7200 -> 500 layer 8-14 % faster
-# than 192 at the min in three interleaved runs, benchmarks/2026-11-25-cpu-fa17-dense-panel), 192 on AVX2 (not
-# measured here: the Zen 3 has 512 KiB of L2).
-BLOCKING = {16: (256, 384), 8: (256, 192)}
+# KC * Np * 4, in L2). NC: images per block (their packed slice, NC * KC * 4 = 192 KiB, in L2 with W's slice).
+# On the AVX-512 Xeon NC = 384 measured the same as 192 on fa17's 7200 -> 500 layer and 2 % slower on fa18's
+# (per-round ratios of 25 interleaved rounds, benchmarks/2026-11-25-cpu-fa17-dense-panel/ab_blocking_nc.txt).
+BLOCKING = {16: (256, 192), 8: (256, 192)}
 KC, NC = BLOCKING[vector_lanes()]
 DENSE_VERSION = 4
 

@@ -35,6 +35,12 @@ LAYERS = {  # name: (K inputs, N outputs, activation)
 def make(variant, w, b, act):
     if variant == "v2":
         return dense_v2.DenseLayer(w, b, act)
+    if variant.startswith("file="):     # another cpu_dense.py (a development step), e.g. file=/tmp/dense_v4.py
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("dense_" + str(abs(hash(variant))), variant[5:])
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module.DenseLayer(w, b, act)
     opts = dict((o[0], tuple(int(v) for v in o[1:].split(","))) for o in variant.split(":")[1:])
     return cpu_dense.DenseLayer(w, b, act, tile=opts.get("t"), blocking=opts.get("b"))
 
@@ -82,6 +88,11 @@ def main():
             print(f"{name:9s} {v:12s} median {med:8.2f} ms  min {best:8.2f} ms  {flops / med / 1e6:6.1f} GFLOP/s "
                   f"(median) {flops / best / 1e6:6.1f} (min)  err {errs[v]:.1e}  loadavg {min(loads):.2f}-{max(loads):.2f}",
                   flush=True)
+        first = next(iter(layers))
+        for v in list(layers)[1:]:
+            ratio = sorted(b / a for a, b in zip(times[first], times[v]))
+            print(f"{name:9s} {v} / {first} per round: median {statistics.median(ratio):.3f} "
+                  f"(quartiles {ratio[len(ratio) // 4]:.3f}-{ratio[3 * len(ratio) // 4]:.3f})", flush=True)
 
 
 if __name__ == "__main__":
