@@ -3,23 +3,29 @@
 Technique (the register-blocked GEMM of the BLIS/Goto papers, written for this project). Both operands are
 read from packed, contiguous panels, so the tile's loads are two sequential streams:
 - W.T is packed once, at prepare time, into groups of PR panels of NR = 16 outputs, wp[group][k][PR * 16]
-  (the outputs padded to a multiple of 16 with zero weights; leftover panels form groups of one panel).
+  (the outputs padded to a multiple of 16 with zero weights; the panels left over form one narrower group).
 - The images are packed per call, block by block: for each block of NC images and each KC-long slice of the
-  reduction, the block's inputs go to a per-work-item scratch panel xp[tile][k][MR] (MR images interleaved
-  per k, the last tile padded with zero rows). The unpacked rows (stride K floats, MR rows in MR pages) were
-  the previous version's cost: fa17's 7200 -> 500 layer ran at about half the rate of the same tile on packed
-  data (benchmarks/2026-11-25-cpu-fa17-dense-panel).
-For each block and slice, each tile of MR images (its KC x MR packed inputs, 12 KiB, stay in L1) runs over
-every group of panels (the slice of W, KC x Np floats, stays in L2) with ``dense_tile``: MR * PR accumulators
-of 16 lanes, per k PR 16-float loads of W and MR broadcast inputs into MR * PR fused multiply-adds. Per ISA
-(TILES): AVX2 MR = 6, PR = 1 (12 + 1 + 1 ymm registers); AVX-512 MR = 12, PR = 2 (24 + 2 + 1 of the 32 zmm).
+  reduction, the block's inputs go to a per-work-item scratch panel of stripes of S images, xp[stripe][k][S]
+  (S = 16 when whole tiles fit it, packed by 16 x 16 transposes in registers, cpu_parallel.transposed_store;
+  else S = MR, packed by a scalar loop; a last partial stripe padded with zero rows). Version 2 (main until
+  2026-11-25) read the rows in place, MR rows K floats apart: on the AVX-512 Xeon fa17's 7200 -> 500 layer ran
+  at 231 GFLOP/s there and 275 here (2 threads, B = 2048, benchmarks/2026-11-25-cpu-fa17-dense-panel).
+For each block and slice, each tile of MR images (its stripe's KC x S packed inputs, 16 KiB, stay in L1) runs
+over every group of panels (the slice of W, KC x Np floats, stays in L2) with ``dense_tile``: MR * PR
+accumulators of 16 lanes, per k PR 16-float loads of W and MR broadcast inputs into MR * PR fused multiply-adds,
+and every 4 k a software prefetch into L2 of its share of the next slice of W. Per ISA (TILES): AVX2 MR = 6,
+PR = 1 (12 + 1 + 1 ymm registers; S = 6); AVX-512 MR = 8, PR = 3 (24 + 3 + 1 of the 32 zmm; two tiles per
+16-image stripe; 11 loads per 24 FMAs, where 12 x 2 needs 14).
 The tile starts at the bias on the first slice, at the partial sum otherwise, and the last slice's store
 applies the activation (the same vector formulas as cpu-parallel's fused pool), so the bias add and
 activation cost no pass over memory. A last tile of fewer than MR images accumulates in a scratch tile whose
 valid rows are copied out after the last slice. Output rows are 16-padded too: (B, Np), and the next layer
 reads its first N columns (``ld`` below). Threads: the images are cut into a multiple of
-torch.get_num_threads() work items of at most NC images (whole tiles), run on cpu-parallel's pool of
-threads, each running the nogil kernel with its own scratch.
+torch.get_num_threads() work items of at most about NC images (whole stripes), run on cpu-parallel's pool of
+threads, each running the nogil kernel with its own scratch (allocated once per layer, reused across calls).
+Bottleneck (fa17's layer, one thread): packing 11 % of the time, W's slices read from L3 6 %, the tile itself
+78 % of the FMA peak with every operand in cache. A layer with a single group of panels (fa20's 32 outputs)
+pays the pack for nothing: 0.23 ms more per 2048 images than version 2.
 The sum is fp32 with fused multiply-adds in k order (contract only, no reassociation).
 """
 
