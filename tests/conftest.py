@@ -67,14 +67,17 @@ def nvcc_path():
 
 @pytest.fixture(params=[16, 8], ids=["avx512-tiles", "avx2-tiles"])
 def cpu_tiles(request, monkeypatch):
-    """cpu-parallel (and the CPU engine over it) with the register tiles of one ISA, whatever this CPU has:
+    """cpu-parallel and cpu_dense (and the CPU engine over them) with the register tiles of one ISA, whatever this CPU has:
     the 16-lane AVX-512 tiles compile to pairs of ymm on an AVX2 CPU, the 8-lane AVX2 tiles run as they are
     on an AVX-512 one, so both are checked on either machine. Returns the vector lanes."""
+    from convforge import cpu_dense
     from convforge.conv import cpu_parallel
     vector = request.param
     monkeypatch.setattr(cpu_parallel, "VECTOR", vector)
     for name, value in zip(("TILE_ACCUMULATORS", "MAX_BLOCK", "REGISTERS"), cpu_parallel.TILES[vector]):
         monkeypatch.setattr(cpu_parallel, name, value)
+    for name, value in zip(("MR", "PR", "KC", "NC"), cpu_dense.TILES[vector] + cpu_dense.BLOCKING[vector]):
+        monkeypatch.setattr(cpu_dense, name, value)     # the dense layers' tile and blocking of that ISA
     return vector
 
 

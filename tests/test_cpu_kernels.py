@@ -252,13 +252,16 @@ def test_fused_tanh_and_sigmoid_over_the_float32_range():
         assert float((out - ref).abs().max()) < 1e-6, activation
 
 
-@pytest.mark.parametrize("tile", [None, (6, 1), (12, 2), (8, 2)], ids=["this-cpu", "avx2", "avx512", "8x2"])
+@pytest.mark.parametrize("tile", [None, (6, 1), (8, 3), (12, 2), (8, 2), (4, 1)],
+                         ids=["this-cpu", "avx2", "avx512", "12x2", "8x2", "4x1"])
 @pytest.mark.parametrize("shape", [(37, 50, 21, "tanh"), (13, 7, 5, None), (9, 33, 17, "sigmoid"),
                                    (40, 300, 140, "relu"), (6, 16, 10, None), (61, 600, 500, "tanh"),
                                    (25, 40, 48, None)])
 def test_dense_layer_matches_float64(shape, tile):
-    """cpu_dense's blocked GEMM: tiles of MR images x PR panels of each ISA (AVX2 6 x 1, AVX-512 12 x 2),
-    leftover panels (an odd count with PR = 2) and leftover images, KC slices (K = 300, 600), padded panels."""
+    """cpu_dense's blocked GEMM: tiles of MR images x PR panels of each ISA (AVX2 6 x 1, AVX-512 8 x 3 in
+    stripes of 16 packed by register transposes; 12 x 2 and 6 x 1 in stripes of one tile packed by the
+    scalar loop), a narrower group of the leftover panels, partial stripes and tiles, KC slices (K = 300, 600),
+    padded panels; the output poisoned with NaN."""
     from convforge import cpu_dense
     from convforge.models import ACTIVATIONS
     rows, k, n, activation = shape
@@ -276,3 +279,46 @@ def test_dense_layer_matches_float64(shape, tile):
     out2 = np.empty_like(out)
     layer(wide, k + 5, out2)
     assert np.array_equal(out, out2)
+
+
+@pytest.mark.parametrize("tile", [None, (6, 1), (12, 2)], ids=["this-cpu", "avx2", "12x2"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_dense_layer_blocks_and_reused_scratch(tile, threads):
+    """cpu_dense with a small blocking (KC = 48: slices with a tail that is no multiple of 16; NC = 40: several
+    blocks per work item, blocks ending inside a stripe) and its scratch reused across calls: batches of
+    different sizes in a row (larger, smaller, a partial stripe, larger again), each from fresh random data
+    into a NaN-poisoned output, rows read with a stride longer than K; each within 1e-5 of float64."""
+    from convforge import cpu_dense
+    from convforge.models import ACTIVATIONS
+    k, n = 7 * 16 + 5, 3 * 16 * 3 + 16 + 7         # 117 inputs; 167 outputs: 11 panels
+    g = torch.Generator().manual_seed(408)
+    w, b = torch.randn(n, k, generator=g), torch.randn(n, generator=g)
+    layer = cpu_dense.DenseLayer(w, b, "tanh", tile=tile, blocking=(48, 40))
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for rows in (203, 61, 9, 1, 130):
+            x = torch.randn(rows, k, generator=g)
+            wide = np.full((rows, k + 3), np.nan, np.float32)
+            wide[:, :k] = x.numpy()
+            out = np.full((rows, cpu_dense.padded(n)), np.nan, np.float32)
+            layer(wide, k + 3, out)
+            ref = ACTIVATIONS["tanh"](torch.nn.functional.linear(x.double(), w.double(), b.double()))
+            assert np.isfinite(out).all(), rows
+            assert relative_error(out[:, :n], ref.numpy()) <= TOLERANCE, rows
+            assert not out[:, n:].any(), rows          # the padded columns: zero weights, zero bias, tanh(0)
+    finally:
+        torch.set_num_threads(saved)
+
+
+def test_dense_weight_packing_groups_and_leftover():
+    """pack_weight: groups of PR panels interleaved per k, then the leftover panels as one narrower group."""
+    from convforge import cpu_dense
+    k, panels = 5, 5
+    w = np.arange(panels * 16 * k, dtype=np.float32).reshape(panels * 16, k)
+    wp = cpu_dense.pack_weight(w, panels, 3)
+    assert wp.size == w.size
+    first = wp[:k * 48].reshape(k, 48)
+    assert np.array_equal(first, w[:48].T)
+    rest = wp[k * 48:].reshape(k, 32)
+    assert np.array_equal(rest, w[48:80].T)

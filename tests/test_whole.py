@@ -76,11 +76,12 @@ def test_cpu_whole_network_matches_float64_on_every_preset(name):
     assert all(layer.op_time_s > 0 for layer in result.layers)
 
 
-@pytest.mark.parametrize("name", ["fa20", "fa18", "sp19"])
+@pytest.mark.parametrize("name", ["fa20", "fa18", "sp19", "fa17-high"])
 def test_cpu_arena_buffers_are_reused_without_stale_data(cpu_tiles, name):
     """Two different batches in a row, a smaller one after a larger one, a partial last chunk: each matches
     its own reference, and the arena keeps its buffers (allocated once, for the largest chunk). fa20: two
-    fused convs (pool 2 and 4); fa18 and sp19: an unfused second conv into the dense layer. With the AVX-512
+    fused convs (pool 2 and 4); fa18 and sp19: an unfused second conv into the dense layer; fa17-high: the
+    7200 -> 500 dense layer (32 panels: groups of PR and a narrower leftover group). With the AVX-512
     and the AVX2 register tiles (cpu_tiles), whatever this CPU has."""
     from convforge.engine import Engine
     from convforge.harness.check import relative_error
