@@ -17,6 +17,8 @@ if has verify; then t verify
   timeout ${T_VERIFY:-30} python3 -m convforge verify --device cuda --impl $IMPLS --cases 4 2>&1 | tee "$OUT/verify.txt" | tail -8
 fi
 if has tests; then t tests
+  python3 -c "import pytest" 2>/dev/null || { [ -d "${PYWHL:-}" ] && python3 -m pip install -q --no-index --no-deps --no-compile \
+    --target /tmp/pysite "$PYWHL"/*.whl && export PYTHONPATH=$PYTHONPATH:/tmp/pysite; }   # PYWHL: carried pytest wheels
   timeout ${T_TESTS:-35} python3 -m pytest -q -x tests/test_cuda_igemm.py -m "gpu" -p no:cacheprovider 2>&1 | tee "$OUT/tests.txt" | tail -4
 fi
 if has sweep; then t sweep; timeout ${T_SWEEP:-45} python3 scripts/igemm_extra.py sweep "$OUT/sweep.json" 2>&1 | tee "$OUT/sweep.txt" | tail -3; fi

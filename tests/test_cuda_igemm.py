@@ -155,6 +155,34 @@ def test_emulated_every_tile_config(emulation):
             assert fn.layer_for(11, 13).geom.epi == config.get("epi", fn.layer_for(11, 13).geom.epi)
 
 
+# channels a multiple of 16 / 32: the channel-innermost k order (korder 1) serves them
+KORDER_SHAPES = ((2, 40, 16, 9, 11, 3, 2), (1, 70, 32, 7, 8, 2, 3), (3, 16, 48, 6, 6, 1, 1))
+
+
+@needs_cxx
+@pytest.mark.slow
+def test_emulated_channel_innermost_k_order(emulation):
+    """korder 1 (k = (p, q, c)) against float64, both k orders and both BK on one shape, rectangular kernels,
+    partial map and position tiles; where BK does not divide C, korder 1 is refused and the default falls back."""
+    for i, shape in enumerate(KORDER_SHAPES):
+        x, w, b = _data(shape, seed=40 + i, bias=i % 2 == 0)
+        ref = _reference(x, w, b)
+        C = shape[2]
+        for config in ({"korder": 1}, {"korder": 1, **cuda_igemm.LAUNCH_CONFIGS[3]}, {"korder": 0}):
+            if C % config.get("bk", 16):
+                with pytest.raises(ValueError):
+                    cuda_igemm.plan(*shape[1:], "tf32x3", config)
+                continue
+            for name in NAMES:
+                fn, tolerance = _prepare(name, w, b, config=config)
+                assert fn.layer_for(*shape[3:5]).geom.korder == config["korder"]
+                error = _check(fn, x, ref, tolerance, f"{name} {shape} {config} (emulated)")
+                if name == "cuda-igemm-3xtf32":
+                    assert error < 2e-6, f"{shape} {config}: 3xTF32 error {error:.3g}"
+    assert cuda_igemm.plan(8, 20, 9, 9, 3, 3, "tf32x3").korder == 0                 # 20 channels: 16 does not divide them
+    assert cuda_igemm.plan(8, 32, 9, 9, 3, 3, "tf32x3").korder == cuda_igemm.KORDER_DEFAULT
+
+
 @needs_cxx
 @pytest.mark.slow
 def test_emulated_inf_and_nan_stay_where_fp32_puts_them(emulation):
@@ -264,3 +292,11 @@ def test_gpu_shapes_and_configs(name):
     for config in cuda_igemm.LAUNCH_CONFIGS:
         fn, tolerance = _prepare(name, w.cuda(), b.cuda(), config=config)
         _check(fn, x.cuda(), _reference(x, w, b), tolerance, f"{name} {config}")
+    # both k orders (and BK 16 / 32) where BK divides the channels: the seed-like and gpu-mode-like shapes
+    for i, shape in enumerate(KORDER_SHAPES + GPU_SHAPES[0:3:2]):
+        x, w, b = _data(shape, seed=zlib.crc32(f"{name}{shape}korder".encode()), bias=i % 2 == 1)
+        ref = _reference(x, w, b)
+        for config in ({"korder": 0}, {"korder": 1}, {"korder": 1, **cuda_igemm.LAUNCH_CONFIGS[3]}):
+            if shape[2] % config.get("bk", 16) == 0:
+                fn, tolerance = _prepare(name, w.cuda(), None if b is None else b.cuda(), config=config)
+                _check(fn, x.cuda(), ref, tolerance, f"{name} {shape} {config}")

@@ -33,7 +33,7 @@ from convforge.conv import cuda_common as cc
 SOURCE = "igemm.cu"
 PRECISIONS = ("tf32x3", "tf32")
 SMEM_OPTIN_DEFAULT = 227 * 1024
-CONFIG_KEYS = ("bm", "bn", "bk", "wm", "wn", "stages", "minb", "epi", "flush")
+CONFIG_KEYS = ("bm", "bn", "bk", "wm", "wn", "stages", "minb", "epi", "flush", "korder")
 # Tile configs by the number of maps (the GEMM's M): blocks as tall as the maps need, 128 positions wide.
 LAUNCH_CONFIGS: tuple[dict, ...] = (
     {"bm": 128, "bn": 128, "bk": 16, "wm": 64, "wn": 32, "stages": 3, "minb": 2},
@@ -53,6 +53,11 @@ LAUNCH_CONFIGS: tuple[dict, ...] = (
 # errors have both signs. The host emulation models the truncation (host_emulation.h): C*K*K = 4608 gives
 # 4.7e-5 with flush 0 and 4.9e-7 with the fix (tests/test_cuda_igemm.py); C*K*K = 131072 (C 128, K 32) 1.26e-3
 # with flush 0 (the H100: 9.14e-4) and 2.19e-6 with the fix. Not yet measured on a GPU.
+# korder: the k order of the GEMM's reduction. 0: (c, p, q), the weight tensor's order, each gathered element's
+# source found by two divisions; 1: (p, q, c), channels innermost, for C a multiple of bk: a k tile is bk
+# channels at one tap, its gather offset one block-uniform value plus a constant per row. KORDER_DEFAULT is what
+# a layer with C % bk == 0 gets when the config does not say.
+KORDER_DEFAULT = 0
 # minb: __launch_bounds__'s minimum blocks per SM (2 caps the 256-thread configs at 128 registers: nvcc 13.0
 # sm_90, no spills, 128x128 3xTF32 139 -> 128 registers, so two blocks fit an SM)
 
@@ -82,6 +87,7 @@ class IgemmGeometry:
     minb: int = 2
     epi: int = 1                # 1: output tile staged through shared memory (coalesced rows), 0: fragment stores
     flush: int = 1              # 3xTF32: 1 sums each k step's products apart and adds them in fp32 (FLUSH_NOTE)
+    korder: int = 0             # 1: k = (p, q, c), channels innermost (C % bk == 0); 0: k = (c, p, q)
 
     @property
     def split(self): return 3 if self.precision == "tf32x3" else 1
@@ -107,7 +113,8 @@ class IgemmGeometry:
         return cc.KernelSpec.of(SOURCE, CF_M=self.M, CF_C=self.C, CF_H=self.H, CF_W=self.W, CF_KH=self.KH,
                                 CF_KW=self.KW, CF_BM=self.bm, CF_BN=self.bn, CF_BK=self.bk, CF_WM=self.wm,
                                 CF_WN=self.wn, CF_STAGES=self.stages, CF_SPLIT=self.split,
-                                CF_MINB=self.minb, CF_EPI=self.epi, CF_FLUSH=self.flush if self.split == 3 else 0)
+                                CF_MINB=self.minb, CF_EPI=self.epi, CF_FLUSH=self.flush if self.split == 3 else 0,
+                                CF_KORDER=self.korder)
 
 
 def plan(M: int, C: int, H: int, W: int, KH: int, KW: int, precision: str, config: Optional[dict] = None,
@@ -116,6 +123,8 @@ def plan(M: int, C: int, H: int, W: int, KH: int, KW: int, precision: str, confi
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     cfg = {**default_config(M), **(config or {})}
+    if "korder" not in cfg:
+        cfg["korder"] = KORDER_DEFAULT if C % int(cfg["bk"]) == 0 else 0
     unknown = set(cfg) - set(CONFIG_KEYS)
     if unknown:
         raise ValueError(f"unknown launch parameters {sorted(unknown)} (known: {', '.join(CONFIG_KEYS)})")
@@ -125,9 +134,10 @@ def plan(M: int, C: int, H: int, W: int, KH: int, KW: int, precision: str, confi
     g = geom
     if (g.bm % g.wm or g.bn % g.wn or g.wm % 16 or g.wn % 8 or g.bk not in (16, 32) or g.bn % 32
             or g.nt % g.bn or g.bk % (g.nt // g.bn) or (g.bm * g.bk // 4) % g.nt or g.stages < 2 or g.nt > 1024
-            or g.minb < 1 or g.epi not in (0, 1) or g.flush not in (0, 1) or (g.epi and g.bm * (g.bn + 8) > g.stages * g.stage_floats)):
+            or g.minb < 1 or g.epi not in (0, 1) or g.flush not in (0, 1) or (g.epi and g.bm * (g.bn + 8) > g.stages * g.stage_floats)
+            or g.korder not in (0, 1) or (g.korder and C % g.bk)):
         raise ValueError(f"bad tile config {cfg}: bm % wm == bn % wn == 0, wm % 16 == wn % 8 == 0, bk 16 or 32, "
-                         "bn a multiple of 32 dividing the thread count, at least 2 stages")
+                         "bn a multiple of 32 dividing the thread count, at least 2 stages, korder 1 only where bk divides C")
     if g.smem_bytes > smem_optin:
         raise ValueError(f"tile config {cfg} needs {g.smem_bytes} bytes of shared memory (at most {smem_optin})")
     if C * H * W > cc.INT32_MAX:
@@ -152,7 +162,7 @@ def pack_weights(weight: torch.Tensor, geom: IgemmGeometry) -> tuple[torch.Tenso
     flushing reference)."""
     M = weight.shape[0]
     a = torch.zeros(geom.mtiles * geom.bm, geom.kp, dtype=torch.float32, device=weight.device)
-    a[:M, :geom.kr] = weight.reshape(M, -1)
+    a[:M, :geom.kr] = (weight.permute(0, 2, 3, 1) if geom.korder else weight).reshape(M, -1)   # k = (p, q, c) or (c, p, q)
     a = torch.where(a.abs() < torch.finfo(torch.float32).tiny, torch.zeros_like(a), a)   # denormals read as zero
     if geom.split == 1:
         return fragment_order(_tf32(a), geom), None

@@ -22,7 +22,8 @@
 // b0 (k t, n g) b1 (k t+4, n g); c0 (g, 2t) c1 (g, 2t+1) c2 (g+8, 2t) c3 (g+8, 2t+1).
 // Constants: CF_M CF_C CF_H CF_W CF_KH CF_KW (the layer), CF_BM CF_BN CF_BK CF_WM CF_WN CF_STAGES (tiles),
 // CF_SPLIT (3 or 1), CF_FLUSH (3xTF32: 1 adds each k step's partial sum to the accumulator in fp32),
-// CF_EPI (1: output staged through shared memory, 0: fragment stores). The weights are arguments, not constants: one compile serves every layer of that shape.
+// CF_EPI (1: output staged through shared memory, 0: fragment stores), CF_KORDER (1: k = (p, q, c), channels
+// innermost, for C a multiple of BK: a block-uniform gather offset per k tile). The weights are arguments, not constants: one compile serves every layer of that shape.
 
 #include "async_copy.cuh"
 #include "mma.cuh"
@@ -39,6 +40,9 @@
 #ifndef CF_SPLIT
 #define CF_SPLIT 3
 #endif
+#ifndef CF_KORDER
+#define CF_KORDER 0
+#endif
 
 namespace {
 
@@ -48,6 +52,12 @@ constexpr long long IMG = (long long)C * HW;
 constexpr int BM = CF_BM, BN = CF_BN, BK = CF_BK, WM = CF_WM, WN = CF_WN, STAGES = CF_STAGES, SPLIT = CF_SPLIT;
 constexpr bool EPI = CF_EPI;
 constexpr bool FLUSH = CF_FLUSH;                        // 3xTF32: each k step's products summed apart, then added
+// KORDER 0: k = (c, p, q), c outermost (the weight tensor's own order): each gathered element's (c, p, q) takes
+// two divisions by constants. KORDER 1: k = (p, q, c), channels innermost, C a multiple of BK (the host packs
+// the weights in that order): a k tile is BK consecutive channels at one tap (p, q), so the tile's source is
+// one block-uniform offset (c0*HW + p*W + q) and row r adds the constant r*HW: no per-element index arithmetic.
+constexpr bool KORDER = CF_KORDER;
+constexpr int CBLKS = C / BK;                           // KORDER 1: k tiles per tap
 constexpr int WARPS_M = BM / WM, WARPS_N = BN / WN, NT = 32 * WARPS_M * WARPS_N;
 constexpr int MI = WM / 16, NI = WN / 8;                // mma tiles per warp
 constexpr int KT = (KR + BK - 1) / BK;                  // k tiles
@@ -68,6 +78,7 @@ static_assert(BM * BK / 4 % NT == 0, "A loader: whole 16-byte copies per thread"
 static_assert(STAGES >= 2, "at least two stages");
 static_assert(!CF_EPI || BM * CP <= STAGES * STAGE_FLOATS, "the staged epilogue reuses the ring");
 static_assert(SPLIT == 1 || SPLIT == 3, "CF_SPLIT is 1 or 3");
+static_assert(!KORDER || C % BK == 0, "CF_KORDER 1: C a multiple of BK");
 
 // v = big + small (TF32 bit patterns); an infinite or NaN v gets a zero small part (Inf - Inf would be NaN).
 // (The weights' split, on the host, truncates big so that small has big's sign: an Inf input then meets
@@ -109,6 +120,7 @@ conv_igemm(float* __restrict__ y, const float* __restrict__ x, const float* __re
         const int b = n_mine / P, p = n_mine - b * P, ho = p / WO, wo = p - ho * WO;
         xcol = x + b * IMG + ho * W + wo;
     }
+    if constexpr (KORDER) xcol += brow * HW;             // this thread's first channel row of every k tile
 
     auto load_stage = [&](int stage, int kt) {
         float* const as = smem + stage * STAGE_FLOATS;
@@ -120,12 +132,20 @@ conv_igemm(float* __restrict__ y, const float* __restrict__ x, const float* __re
             copy_async16(as + off, a_big + src);
             if constexpr (SPLIT == 3) copy_async16(as + A_FLOATS + off, a_small + src);
         }
+        if constexpr (KORDER) {
+            const int tap = kt / CBLKS, c0 = (kt - tap * CBLKS) * BK, p = tap / KW, q = tap - p * KW;
+            const float* const src = xcol + (c0 * HW + p * W + q);       // block-uniform offset
 #pragma unroll
-        for (int i = 0; i < B_PER_THREAD; ++i) {
-            const int r = brow + i * B_ROWS, k = kt * BK + r;
-            const bool ok = n_ok && k < KR;
-            const int c = k / KHW, rem = k - c * KHW, p = rem / KW, q = rem - p * KW;
-            copy_async4(bs + r * BP + bcol, ok ? xcol + (c * HW + p * W + q) : x, ok);
+            for (int i = 0; i < B_PER_THREAD; ++i)
+                copy_async4(bs + (brow + i * B_ROWS) * BP + bcol, n_ok ? src + i * B_ROWS * HW : x, n_ok);
+        } else {
+#pragma unroll
+            for (int i = 0; i < B_PER_THREAD; ++i) {
+                const int r = brow + i * B_ROWS, k = kt * BK + r;
+                const bool ok = n_ok && k < KR;
+                const int c = k / KHW, rem = k - c * KHW, p = rem / KW, q = rem - p * KW;
+                copy_async4(bs + r * BP + bcol, ok ? xcol + (c * HW + p * W + q) : x, ok);
+            }
         }
     };
 
