@@ -74,15 +74,18 @@ def _specs(full: bool = True):
 
 
 def _sweep_configs(M: int, precision: str):
-    """(index, config): every tile config as the default k order picks; for 3xTF32 the default tile without the
-    per-k-step partial sums (flush 0: wrong on long reductions, timed for what the fix costs) as -1; both k
-    orders of the default tile (-2: korder 0, -3: korder 1), of the BK 32 tile (-4: korder 1) and of the
-    128 x 128 four-stage tile (-5: korder 1)."""
+    """(index, config): every tile config with the default k order and split-K choice; for 3xTF32 the default
+    tile without the per-k-step partial sums (flush 0: wrong on long reductions, timed for what the fix costs)
+    as -1; the default tile as main had it (-2: korder 0, one split), with the channel-innermost k order alone
+    (-3: korder 1, one split), with split-K alone (-6: korder 0, split-K chosen); the BK 32 tile (-4) and the
+    128 x 128 four-stage tile (-5) with korder 1 and split-K chosen."""
     from convforge.conv import cuda_igemm
+    d = cuda_igemm.default_config(M)
     configs = list(enumerate(cuda_igemm.LAUNCH_CONFIGS))
     if precision == "tf32x3":
-        configs.append((-1, {**cuda_igemm.default_config(M), "flush": 0}))
-    configs += [(-2, {**cuda_igemm.default_config(M), "korder": 0}), (-3, {**cuda_igemm.default_config(M), "korder": 1}),
+        configs.append((-1, {**d, "flush": 0}))
+    configs += [(-2, {**d, "korder": 0, "splitk": 1}), (-3, {**d, "korder": 1, "splitk": 1}),
+                (-6, {**d, "korder": 0}),
                 (-4, {**cuda_igemm.LAUNCH_CONFIGS[3], "korder": 1}), (-5, {**cuda_igemm.LAUNCH_CONFIGS[5], "korder": 1})]
     return configs
 
@@ -107,10 +110,11 @@ def sweep(out: str) -> None:
             for ci, config in _sweep_configs(M, precision):
                 try:
                     spec = cuda_igemm.plan(M, C, H, W, K, K, precision, config).spec()
-                    if spec in seen:       # a k-order variant that is the tile config as it stands: timed once
-                        continue
-                    seen.add(spec)
                     fn = cuda_igemm.prepare(w, None, precision=precision, config=config)
+                    splits = fn.layer_for(H, W).splits(B)
+                    if (spec, splits) in seen:   # a variant that is the tile config as it stands: timed once
+                        continue
+                    seen.add((spec, splits))
                     got = fn(x)[:1, :, :rows_out].double()
                     err = float(torch.linalg.vector_norm(got - ref) / torch.linalg.vector_norm(ref))
                     del got
@@ -121,9 +125,11 @@ def sweep(out: str) -> None:
                 default = cuda_igemm.plan(M, C, H, W, K, K, precision).spec() == \
                     cuda_igemm.plan(M, C, H, W, K, K, precision, config).spec()
                 tol = 1e-5 if precision == "tf32x3" else 1e-2
+                default = default and splits == cuda_igemm.prepare(w, None, precision=precision).layer_for(H, W).splits(B)
                 rows.append({"shape": [B, M, C, H, W, K], "precision": precision, "config": ci, "ms": ms,
-                             "tflops": flops / ms / 1e9, "default": default, "rel_err": err, "ok": err <= tol})
-                print(f"{B},{M},{C},{H},{W},{K} {precision} cfg{ci}{'*' if default else ' '} {ms:8.3f} ms "
+                             "tflops": flops / ms / 1e9, "default": default, "rel_err": err, "ok": err <= tol,
+                             "splits": list(splits), "korder": fn.layer_for(H, W).geom.korder})
+                print(f"{B},{M},{C},{H},{W},{K} {precision} cfg{ci}{'*' if default else ' '} s{splits[0]} {ms:8.3f} ms "
                       f"{flops / ms / 1e9:6.1f} TFLOP/s err {err:.2e}{'' if err <= tol else ' FAIL'}")
         del x, w, ref
         torch.cuda.empty_cache()

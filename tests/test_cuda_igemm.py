@@ -183,6 +183,46 @@ def test_emulated_channel_innermost_k_order(emulation):
     assert cuda_igemm.plan(8, 32, 9, 9, 3, 3, "tf32x3").korder == cuda_igemm.KORDER_DEFAULT
 
 
+def test_choose_splits():
+    """Split-K's model: a grid that fills the machine keeps one split; a small grid over a long reduction
+    splits until the waves fill; 1.5 waves become 3 (gpu-mode's 256-px K = 32 layer on an H100: 396 blocks,
+    264 resident, 8192 k tiles); a forced count is capped by the k tiles and leaves no split empty."""
+    assert cuda_igemm.choose_splits(264 * 4, 1000, 264) == (1, 1000)
+    assert cuda_igemm.choose_splits(396, 8192, 264) == (2, 4096)
+    assert cuda_igemm.choose_splits(8, 800, 264) == (32, 25)
+    assert cuda_igemm.choose_splits(8, 20, 264) == (2, 10)            # at least SPLITK_MIN_KTILES each
+    assert cuda_igemm.choose_splits(8, 15, 264) == (1, 15)
+    assert cuda_igemm.choose_splits(1, 5, 264, forced=3) == (3, 2)
+    assert cuda_igemm.choose_splits(1, 5, 264, forced=4) == (3, 2)    # 4 splits of 2 tiles: the 4th would be empty
+    assert cuda_igemm.choose_splits(1, 5, 264, forced=9) == (5, 1)
+    for blocks in (1, 7, 100, 300, 1000):
+        for kt in (1, 9, 64, 1000):
+            s, kts = cuda_igemm.choose_splits(blocks, kt, 264)
+            assert (s - 1) * kts < kt <= s * kts
+
+
+@needs_cxx
+@pytest.mark.slow
+def test_emulated_split_k(emulation):
+    """Split-K against float64: forced 2, 3 (uneven k tiles), more splits than k tiles, both k orders, with
+    and without bias and out; and the automatic choice on a small grid with a long reduction (2 emulated SMs)."""
+    shape = (1, 20, 32, 6, 7, 3, 3)          # KR = 288: 18 k tiles of 16; N = 20: one block per map tile
+    x, w, b = _data(shape, seed=21)
+    ref = _reference(x, w, b)
+    for config in ({"splitk": 2}, {"splitk": 3, "korder": 1}, {"splitk": 5, "korder": 1}, {"splitk": 40}):
+        for name in NAMES:
+            fn, tolerance = _prepare(name, w, b, config=config)
+            error = _check(fn, x, ref, tolerance, f"{name} {config} (emulated)")
+            layer = fn.layer_for(6, 7)
+            assert layer.splits(1)[0] == min(config["splitk"], 18)
+            if name == "cuda-igemm-3xtf32":
+                assert error < 2e-6, f"{config}: 3xTF32 error {error:.3g}"
+    x, w, _ = _data((2, 8, 64, 4, 4, 3, 3), seed=22, bias=False)   # KR = 576: 36 k tiles; 1 block
+    fn, tolerance = _prepare("cuda-igemm-3xtf32", w, None)
+    assert fn.layer_for(4, 4).splits(2)[0] > 1
+    _check(fn, x, _reference(x, w, None), tolerance, "auto split (emulated)")
+
+
 @needs_cxx
 @pytest.mark.slow
 def test_emulated_inf_and_nan_stay_where_fp32_puts_them(emulation):

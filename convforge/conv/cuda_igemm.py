@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Optional
 
+import numpy as np
 import torch
 
 from convforge.conv import cuda_common as cc
@@ -33,7 +34,7 @@ from convforge.conv import cuda_common as cc
 SOURCE = "igemm.cu"
 PRECISIONS = ("tf32x3", "tf32")
 SMEM_OPTIN_DEFAULT = 227 * 1024
-CONFIG_KEYS = ("bm", "bn", "bk", "wm", "wn", "stages", "minb", "epi", "flush", "korder")
+CONFIG_KEYS = ("bm", "bn", "bk", "wm", "wn", "stages", "minb", "epi", "flush", "korder", "splitk")
 # Tile configs by the number of maps (the GEMM's M): blocks as tall as the maps need, 128 positions wide.
 LAUNCH_CONFIGS: tuple[dict, ...] = (
     {"bm": 128, "bn": 128, "bk": 16, "wm": 64, "wn": 32, "stages": 3, "minb": 2},
@@ -57,7 +58,13 @@ LAUNCH_CONFIGS: tuple[dict, ...] = (
 # source found by two divisions; 1: (p, q, c), channels innermost, for C a multiple of bk: a k tile is bk
 # channels at one tap, its gather offset one block-uniform value plus a constant per row. KORDER_DEFAULT is what
 # a layer with C % bk == 0 gets when the config does not say.
-KORDER_DEFAULT = 0
+KORDER_DEFAULT = 1
+# splitk: how many block rows share the reduction (split-K; a run-time choice, not compiled in). 0: chosen per
+# call by choose_splits from the grid, the resident blocks and the k tiles; n >= 1: n (fewer where the k tiles
+# run out). Each split writes a partial output to a workspace and conv_igemm_reduce sums them in order.
+SPLITK_MAX = 32
+SPLITK_MIN_KTILES = 8          # no split reduces fewer k tiles than this
+SPLITK_GAIN = 0.9              # split only where the modelled time drops below this fraction
 # minb: __launch_bounds__'s minimum blocks per SM (2 caps the 256-thread configs at 128 registers: nvcc 13.0
 # sm_90, no spills, 128x128 3xTF32 139 -> 128 registers, so two blocks fit an SM)
 
@@ -88,6 +95,7 @@ class IgemmGeometry:
     epi: int = 1                # 1: output tile staged through shared memory (coalesced rows), 0: fragment stores
     flush: int = 1              # 3xTF32: 1 sums each k step's products apart and adds them in fp32 (FLUSH_NOTE)
     korder: int = 0             # 1: k = (p, q, c), channels innermost (C % bk == 0); 0: k = (c, p, q)
+    splitk: int = 0             # split-K: 0 chosen per call (choose_splits), n >= 1 forced (run time, not compiled)
 
     @property
     def split(self): return 3 if self.precision == "tf32x3" else 1
@@ -99,6 +107,8 @@ class IgemmGeometry:
     def kr(self): return self.C * self.KH * self.KW
     @property
     def kp(self): return cc.cdiv(self.kr, self.bk) * self.bk
+    @property
+    def kt(self): return self.kp // self.bk
     @property
     def mtiles(self): return cc.cdiv(self.M, self.bm)
     @property
@@ -123,6 +133,7 @@ def plan(M: int, C: int, H: int, W: int, KH: int, KW: int, precision: str, confi
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     cfg = {**default_config(M), **(config or {})}
+    cfg.setdefault("splitk", 0)
     if "korder" not in cfg:
         cfg["korder"] = KORDER_DEFAULT if C % int(cfg["bk"]) == 0 else 0
     unknown = set(cfg) - set(CONFIG_KEYS)
@@ -135,7 +146,7 @@ def plan(M: int, C: int, H: int, W: int, KH: int, KW: int, precision: str, confi
     if (g.bm % g.wm or g.bn % g.wn or g.wm % 16 or g.wn % 8 or g.bk not in (16, 32) or g.bn % 32
             or g.nt % g.bn or g.bk % (g.nt // g.bn) or (g.bm * g.bk // 4) % g.nt or g.stages < 2 or g.nt > 1024
             or g.minb < 1 or g.epi not in (0, 1) or g.flush not in (0, 1) or (g.epi and g.bm * (g.bn + 8) > g.stages * g.stage_floats)
-            or g.korder not in (0, 1) or (g.korder and C % g.bk)):
+            or g.korder not in (0, 1) or (g.korder and C % g.bk) or g.splitk < 0):
         raise ValueError(f"bad tile config {cfg}: bm % wm == bn % wn == 0, wm % 16 == wn % 8 == 0, bk 16 or 32, "
                          "bn a multiple of 32 dividing the thread count, at least 2 stages, korder 1 only where bk divides C")
     if g.smem_bytes > smem_optin:
@@ -143,6 +154,25 @@ def plan(M: int, C: int, H: int, W: int, KH: int, KW: int, precision: str, confi
     if C * H * W > cc.INT32_MAX:
         raise ValueError(f"one image of {C}x{H}x{W} floats exceeds the kernel's 32-bit offsets")
     return geom
+
+
+def choose_splits(blocks: int, kt: int, slots: int, forced: int = 0) -> tuple[int, int]:
+    """(splits, k tiles per split) for a grid of ``blocks`` blocks reducing ``kt`` k tiles each, ``slots``
+    blocks resident at once. Model: time ~ waves * k tiles per block, waves = ceil(blocks * splits / slots);
+    the fewest splits of the lowest modelled time, taken only below SPLITK_GAIN of one split's (the partial
+    outputs' extra traffic and the second pass are not modelled). ``forced`` >= 1: that many (at most kt)."""
+    if forced:
+        kts = cc.cdiv(kt, min(forced, kt))
+        return cc.cdiv(kt, kts), kts
+    one = cc.cdiv(blocks, slots) * kt
+    best = (one, 1, kt)
+    for s in range(2, min(SPLITK_MAX, kt // SPLITK_MIN_KTILES) + 1):
+        kts = cc.cdiv(kt, s)
+        s_eff = cc.cdiv(kt, kts)
+        cost = cc.cdiv(blocks * s_eff, slots) * kts
+        if cost < best[0]:
+            best = (cost, s_eff, kts)
+    return (best[1], best[2]) if best[0] < SPLITK_GAIN * one else (1, kt)
 
 
 def kernel_specs(M: int, C: int, H: int, W: int, K: int, precision: str = "tf32x3", config=None,
@@ -205,6 +235,17 @@ class IgemmLayer:
         self.a_big, self.a_small = pack_weights(weight, self.geom)
         self.bias = bias
         self.kernel = cc.kernel(self.geom.spec(), "conv_igemm", self.device)
+        self.slots = info.sm_count * max(1, self.kernel.blocks_per_sm(self.geom.nt, self.geom.smem_bytes))
+        self._splits: dict[int, tuple[int, int]] = {}
+        self._reduce = None
+
+    def splits(self, B: int) -> tuple[int, int]:
+        """(splits, k tiles per split) for a batch of B (choose_splits, once per batch size)."""
+        if B not in self._splits:
+            g = self.geom
+            blocks = g.mtiles * cc.cdiv(B * g.ho * g.wo, g.bn)
+            self._splits[B] = choose_splits(blocks, g.kt, self.slots, g.splitk)
+        return self._splits[B]
 
     def __call__(self, x: torch.Tensor, out: Optional[torch.Tensor]) -> torch.Tensor:
         g = self.geom
@@ -216,8 +257,19 @@ class IgemmLayer:
         y, result = cc.output(out, (B, g.M, g.ho, g.wo), x)
         if y.numel():
             blocks = g.mtiles * cc.cdiv(B * P, g.bn)
-            self.kernel((blocks,), (g.nt,), (cc.ptr(y), cc.ptr(x), cc.ptr(self.a_big), cc.ptr(self.a_small),
-                                             cc.ptr(self.bias), cc.i32(B)), shared_mem=g.smem_bytes)
+            splits, kts = self.splits(B)
+            total = B * g.M * P
+            dst = y if splits == 1 else torch.empty(splits * total, dtype=torch.float32, device=y.device)
+            self.kernel((blocks, splits), (g.nt,), (cc.ptr(dst), cc.ptr(x), cc.ptr(self.a_big), cc.ptr(self.a_small),
+                                                     cc.ptr(self.bias if splits == 1 else None), cc.i32(B),
+                                                     cc.i32(kts)), shared_mem=g.smem_bytes)
+            if splits > 1:
+                if self._reduce is None:
+                    self._reduce = cc.kernel(g.spec(), "conv_igemm_reduce", self.device)
+                threads = 256
+                grid = min(cc.cdiv(total, threads), 32 * self.slots)
+                self._reduce((grid,), (threads,), (cc.ptr(y), cc.ptr(dst), cc.ptr(self.bias), np.uint64(total),
+                                                   cc.i32(splits)))
         return cc.finish(y, result)
 
 

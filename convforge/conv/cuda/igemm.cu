@@ -97,8 +97,11 @@ __device__ __forceinline__ void split_tf32(float v, unsigned& big, unsigned& sma
 
 extern "C" __global__ void __launch_bounds__(NT, CF_MINB)
 conv_igemm(float* __restrict__ y, const float* __restrict__ x, const float* __restrict__ a_big,
-           const float* __restrict__ a_small, const float* __restrict__ bias, int B)
+           const float* __restrict__ a_small, const float* __restrict__ bias, int B, int kts)
 {
+    // split-K: block row blockIdx.y reduces k tiles [blockIdx.y * kts, + kts) and writes its partial output to
+    // slice blockIdx.y of y (the host's workspace, gridDim.y slices of B*M*P; bias null); conv_igemm_reduce
+    // sums the slices. One split: kts = KT, y the output.
     extern __shared__ float4 smem4[];
     float* const smem = reinterpret_cast<float*>(smem4);
     require_dynamic_smem(SMEM_BYTES);
@@ -110,6 +113,8 @@ conv_igemm(float* __restrict__ y, const float* __restrict__ x, const float* __re
     const int mtile = blockIdx.x % MTILES;                 // maps fastest: blocks sharing an input tile run together
     const int m0 = mtile * BM;
     const int n0 = (blockIdx.x / MTILES) * BN;
+    const int kb = blockIdx.y * kts, nk = min(KT - kb, kts);   // this block's k tiles: kb .. kb + nk - 1
+    y += (long long)blockIdx.y * B * M * P;
 
     // the B loader: this thread's column n and its first k row
     const int bcol = tid % BN, brow = tid / BN;
@@ -159,16 +164,16 @@ conv_igemm(float* __restrict__ y, const float* __restrict__ x, const float* __re
 
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
-        if (s < KT) load_stage(s, s);
+        if (s < nk) load_stage(s, kb + s);
         copy_commit();
     }
 
-    for (int kt = 0; kt < KT; ++kt) {
+    for (int kt = 0; kt < nk; ++kt) {
         copy_wait<STAGES - 2>();    // this thread's copies of stage kt have landed
         __syncthreads();            // everyone's have; and everyone is done with stage kt-1, reloaded next
         {
             const int next = kt + STAGES - 1;
-            if (next < KT) load_stage(next % STAGES, next);
+            if (next < nk) load_stage(next % STAGES, kb + next);
             copy_commit();
         }
         const float* const as = smem + (kt % STAGES) * STAGE_FLOATS;
@@ -266,5 +271,18 @@ conv_igemm(float* __restrict__ y, const float* __restrict__ x, const float* __re
                 }
             }
         }
+    }
+}
+
+// split-K's second pass: y[i] = sum over the splits of ws[s][i], in split order (deterministic), + bias[m];
+// i = (b*M + m)*P + p over the whole output (total = B*M*P elements).
+extern "C" __global__ void conv_igemm_reduce(float* __restrict__ y, const float* __restrict__ ws,
+                                             const float* __restrict__ bias, unsigned long long total, int splits)
+{
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (long long)total;
+         i += (long long)gridDim.x * blockDim.x) {
+        float v = ws[i];
+        for (int z = 1; z < splits; ++z) v += ws[(long long)z * total + i];
+        y[i] = v + (bias ? __ldg(bias + (i / P) % M) : 0.0f);
     }
 }
