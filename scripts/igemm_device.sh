@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The cuda-igemm device call (issue #24): warm the kernel cache, verify both entries on the GPU, GPU tests of
 # the new kernels, bench the gpumode and wide shape sets against cuDNN (TF32 off), cuDNN TF32 + matmul rates.
-# Usage on the device machine: bash scripts/igemm_device.sh [stage ...]; stages: warm verify tests sweep gpumode wide tf32
+# Usage on the device machine: bash scripts/igemm_device.sh [stage ...]; stages: warm verify tests sweep gpumode wide check tf32
 set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -28,5 +28,6 @@ fi
 if has wide; then t wide
   timeout ${T_WIDE:-150} python3 -m convforge bench --device cuda --shapes wide --impl torch $IMPLS $BENCH_ARGS --out "$OUT/wide.json" 2>&1 | tee "$OUT/wide.txt" | tail -45
 fi
+if has check; then t check; timeout ${T_CHECK:-40} python3 scripts/igemm_extra.py check "$OUT/check.json" 2>&1 | tee "$OUT/check.txt" | tail -3; fi
 if has tf32; then t tf32; timeout ${T_TF32:-30} python3 scripts/igemm_extra.py tf32 "$OUT/cudnn_tf32.json" 2>&1 | tail -3; fi
 t done

@@ -5,6 +5,7 @@ the cuBLAS TF32 / fp32 matrix-product rates (the tensor-core ceiling 3xTF32 is h
     python3 scripts/igemm_extra.py warm            # compile every (shape set, precision) kernel, 12 processes
     python3 scripts/igemm_extra.py tf32 OUT.json   # cuDNN TF32 medians + matmul rates
     python3 scripts/igemm_extra.py sweep OUT.json  # every tile config on the gpumode + SWEEP_WIDE shapes
+    python3 scripts/igemm_extra.py check OUT.json  # error vs float64 of both entries on every gpumode/wide shape
 """
 
 from __future__ import annotations
@@ -137,6 +138,39 @@ def sweep(out: str) -> None:
             json.dump({"configs": list(cuda_igemm.LAUNCH_CONFIGS), "rows": rows}, handle, indent=1)
 
 
+def check(out: str, sets=("gpumode", "wide")) -> None:
+    """Relative error against float64 of both entries (default configs) on every shape of the named sets, at
+    batch 1 on the full image: image 0's first 8 output rows (the full reduction length) against torch's
+    float64 convolution of the matching input rows on the GPU. Inputs as the bench draws them (uniform
+    -64..191, weights N(0, 0.05), a bias N(0, 1)). The JSON is rewritten after every shape."""
+    import torch
+    import torch.nn.functional as F
+    from convforge.conv import cuda_igemm
+    from convforge.harness.bench import SHAPE_SETS
+    rows = []
+    for name in sets:
+        for B, M, C, H, W, K in SHAPE_SETS[name]:
+            g = torch.Generator(device="cuda").manual_seed(B * 1000003 + M * 1009 + C * 101 + H * 7 + K)
+            x = torch.rand(1, C, H, W, device="cuda", generator=g) * 255.0 - 64.0
+            w = torch.randn(M, C, K, K, device="cuda", generator=g) * 0.05
+            b = torch.randn(M, device="cuda", generator=g)
+            r = min(8, H - K + 1)
+            ref = F.conv2d(x[:, :, :K - 1 + r].double(), w.double(), b.double())
+            row = {"set": name, "shape": [B, M, C, H, W, K], "kr": C * K * K}
+            for precision in cuda_igemm.PRECISIONS:
+                fn = cuda_igemm.prepare(w, b, precision=precision)
+                poisoned = torch.full((1, M, H - K + 1, W - K + 1), float("nan"), device="cuda")
+                got = fn(x, out=poisoned)[:, :, :r].double()
+                row[precision] = float(torch.linalg.vector_norm(got - ref) / torch.linalg.vector_norm(ref)) \
+                    if bool(torch.isfinite(got).all()) else float("inf")
+            print(f"{name} {B},{M},{C},{H},{W},{K} KR {C * K * K}: 3xTF32 {row['tf32x3']:.2e} TF32 {row['tf32']:.2e}")
+            rows.append(row)
+            with open(out, "w") as handle:
+                json.dump(rows, handle, indent=1)
+            del x, w, b, ref
+            torch.cuda.empty_cache()
+
+
 def warm(full: bool = True) -> None:
     import multiprocessing as mp
     specs = _specs(full)
@@ -192,4 +226,4 @@ def tf32(out: str) -> None:
 
 
 if __name__ == "__main__":
-    {"warm": lambda: warm(), "warm-lite": lambda: warm(False), "tf32": lambda: tf32(sys.argv[2]), "sweep": lambda: sweep(sys.argv[2])}[sys.argv[1]]()
+    {"warm": lambda: warm(), "warm-lite": lambda: warm(False), "check": lambda: check(sys.argv[2]), "tf32": lambda: tf32(sys.argv[2]), "sweep": lambda: sweep(sys.argv[2])}[sys.argv[1]]()
