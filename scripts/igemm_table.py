@@ -59,5 +59,52 @@ def main(run: Path) -> None:
         print()
 
 
+def sweep_table(run: Path) -> None:
+    """Before/after per sweep shape (sweep.json): main's kernel (cfg -2: k = (c, p, q), one split), the
+    channel-innermost k order alone (-3), split-K alone (-6), the new default (*), the fastest config."""
+    path = run / "sweep.json"
+    if not path.exists():
+        return
+    rows = [r for r in json.loads(path.read_text())["rows"] if "ms" in r]
+    by: dict = {}
+    for r in rows:
+        by.setdefault((tuple(r["shape"]), r["precision"]), []).append(r)
+    print("### sweep: main's kernel against the changes (ms; error vs float64 on image 0's first 8 output rows)\n")
+    print("| B M C H=W K | precision | main (cfg -2) | korder only (-3) | split-K only (-6) | new default | splits | "
+          "x main | default error | fastest config (ms) |")
+    print("|" + "---|" * 10)
+    for (shape, precision), rs in by.items():
+        cfg = {r["config"]: r for r in rs}
+        default = next((r for r in rs if r["default"]), None)
+        main_ms = cfg.get(-2, default or {}).get("ms") if -2 in cfg else (default or {}).get("ms")
+        f = lambda r: "=" if r is None else f"{r['ms']:.3f}"
+        best = min(rs, key=lambda r: r["ms"] if r.get("ok", True) else float("inf"))
+        fails = [r["config"] for r in rs if not r.get("ok", True)]
+        print(f"| {' '.join(map(str, shape))} | {precision} | {main_ms:.3f} | {f(cfg.get(-3))} | {f(cfg.get(-6))} | "
+              f"{f(default)} | {default and default['splits'][0]} | "
+              f"{(main_ms / default['ms']) if default else float('nan'):.2f} | "
+              f"{default and default.get('rel_err', float('nan')):.1e} | cfg {best['config']} ({best['ms']:.3f})"
+              f"{' FAIL ' + str(fails) if fails else ''} |")
+    print()
+
+
+def check_table(run: Path) -> None:
+    path = run / "check.json"
+    if not path.exists():
+        return
+    rows = json.loads(path.read_text())
+    print("### error vs float64 (check.json: batch 1, image 0's first 8 output rows, full reduction)\n")
+    print("| set | B M C H=W K | C*K*K | 3xTF32 | TF32 |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['set']} | {' '.join(map(str, r['shape']))} | {r['kr']} | {r['tf32x3']:.2e}"
+              f"{'' if r['tf32x3'] <= 1e-5 else ' FAIL'} | {r['tf32']:.2e}{'' if r['tf32'] <= 1e-2 else ' FAIL'} |")
+    worst = max(rows, key=lambda r: r["tf32x3"])
+    print(f"\n3xTF32 worst {worst['tf32x3']:.2e} ({worst['shape']}); within 1e-5 on "
+          f"{sum(r['tf32x3'] <= 1e-5 for r in rows)} of {len(rows)}\n")
+
+
 if __name__ == "__main__":
     main(Path(sys.argv[1]))
+    sweep_table(Path(sys.argv[1]))
+    check_table(Path(sys.argv[1]))
