@@ -26,7 +26,15 @@ if has gpumode; then t gpumode
   timeout ${T_GPUMODE:-45} python3 -m convforge bench --device cuda --shapes gpumode --impl torch $IMPLS $BENCH_ARGS --out "$OUT/gpumode.json" 2>&1 | tee "$OUT/gpumode.txt" | tail -12
 fi
 if has wide; then t wide
-  timeout ${T_WIDE:-150} python3 -m convforge bench --device cuda --shapes wide --impl torch $IMPLS $BENCH_ARGS --out "$OUT/wide.json" 2>&1 | tee "$OUT/wide.txt" | tail -45
+  # in WIDE_CHUNKS interleaved chunks of explicit shapes, each with its own JSON: bench writes its file only at
+  # the end, so a chunk cut short by its timeout loses only its own rows
+  n=${WIDE_CHUNKS:-3}
+  for i in $(seq 0 $((n - 1))); do
+    shapes=$(python3 -c "from convforge.harness.bench import SHAPE_SETS as S; print(' '.join(','.join(map(str, s)) for s in S['wide'][$i::$n]))")
+    timeout $(( ${T_WIDE:-150} / n )) python3 -m convforge bench --device cuda --shape $shapes --impl torch $IMPLS $BENCH_ARGS \
+      --out "$OUT/wide_$i.json" 2>&1 | tee -a "$OUT/wide.txt" | tail -4
+    t "wide chunk $i"
+  done
 fi
 if has check; then t check; timeout ${T_CHECK:-40} python3 scripts/igemm_extra.py check "$OUT/check.json" 2>&1 | tee "$OUT/check.txt" | tail -3; fi
 if has tf32; then t tf32; timeout ${T_TF32:-30} python3 scripts/igemm_extra.py tf32 "$OUT/cudnn_tf32.json" 2>&1 | tail -3; fi

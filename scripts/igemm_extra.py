@@ -81,7 +81,7 @@ def _sweep_configs(M: int, precision: str):
     (-3: korder 1, one split), with split-K alone (-6: korder 0, split-K chosen); the BK 32 tile (-4) and the
     128 x 128 four-stage tile (-5) with korder 1 and split-K chosen."""
     from convforge.conv import cuda_igemm
-    d = cuda_igemm.default_config(M)
+    d = {k: v for k, v in cuda_igemm.default_config(M, precision).items() if k != "epi"}   # plan picks epi
     configs = list(enumerate(cuda_igemm.LAUNCH_CONFIGS))
     if precision == "tf32x3":
         configs.append((-1, {**d, "flush": 0}))

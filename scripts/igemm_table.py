@@ -20,10 +20,10 @@ def main(run: Path) -> None:
         print(f"cuBLAS 8192^3: fp32 {extra['matmul_fp32']['tflops']:.1f} TFLOP/s, TF32 {tf32_rate:.1f} TFLOP/s "
               f"-> 3xTF32 ceiling {tf32_rate / 3:.1f} TFLOP/s\n")
     for name in ("gpumode", "wide"):
-        path = run / f"{name}.json"
-        if not path.exists():
+        paths = [run / f"{name}.json"] if (run / f"{name}.json").exists() else sorted(run.glob(f"{name}_*.json"))
+        if not paths:
             continue
-        rows = json.loads(path.read_text())
+        rows = [r for path in paths for r in json.loads(path.read_text())]
         by_case: dict = {}
         for r in rows:
             by_case.setdefault((r["B"], r["M"], r["C"], r["H"], r["W"], r["K"]), {})[r["impl"]] = r

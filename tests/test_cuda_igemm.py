@@ -184,20 +184,24 @@ def test_emulated_channel_innermost_k_order(emulation):
 
 
 def test_choose_splits():
-    """Split-K's model: a grid that fills the machine keeps one split; a small grid over a long reduction
-    splits until the waves fill; 1.5 waves become 3 (gpu-mode's 256-px K = 32 layer on an H100: 396 blocks,
-    264 resident, 8192 k tiles); a forced count is capped by the k tiles and leaves no split empty."""
-    assert cuda_igemm.choose_splits(264 * 4, 1000, 264) == (1, 1000)
-    assert cuda_igemm.choose_splits(396, 8192, 264) == (2, 4096)
-    assert cuda_igemm.choose_splits(8, 800, 264) == (32, 25)
-    assert cuda_igemm.choose_splits(8, 20, 264) == (2, 10)            # at least SPLITK_MIN_KTILES each
-    assert cuda_igemm.choose_splits(8, 15, 264) == (1, 15)
-    assert cuda_igemm.choose_splits(1, 5, 264, forced=3) == (3, 2)
-    assert cuda_igemm.choose_splits(1, 5, 264, forced=4) == (3, 2)    # 4 splits of 2 tiles: the 4th would be empty
-    assert cuda_igemm.choose_splits(1, 5, 264, forced=9) == (5, 1)
+    """Split-K's model (SPLIT_NOTE): a grid that balances over the multiprocessors keeps one split (gpu-mode's
+    256-px layers on an H100's 132: 396 and 908 blocks of 128 x 128); a small grid over a long reduction splits
+    (46 blocks, 968 k tiles: the H100 measured 17 splits 3x faster than one); the partial outputs' cost holds the
+    count down; a forced count is capped by the k tiles and leaves no split empty."""
+    ks = 2 * 128 * 128 * 16 / cuda_igemm.SM_RATE["tf32x3"]
+    assert cuda_igemm.choose_splits(396, 8192, 132, ks, 1e-5) == (1, 8192)
+    assert cuda_igemm.choose_splits(908, 2048, 132, ks, 1e-5) == (1, 2048)
+    s, kts = cuda_igemm.choose_splits(46, 968, 132, ks, 8 * 256 * 54 * 54 / 3e12)
+    assert 8 <= s <= 32 and (s - 1) * kts < 968 <= s * kts
+    assert cuda_igemm.choose_splits(46, 968, 132, ks, 1.0)[0] == 1          # partial outputs too dear to split
+    assert cuda_igemm.choose_splits(8, 20, 132) == (2, 10)                  # at least SPLITK_MIN_KTILES each
+    assert cuda_igemm.choose_splits(8, 15, 132) == (1, 15)
+    assert cuda_igemm.choose_splits(1, 5, 132, forced=3) == (3, 2)
+    assert cuda_igemm.choose_splits(1, 5, 132, forced=4) == (3, 2)    # 4 splits of 2 tiles: the 4th would be empty
+    assert cuda_igemm.choose_splits(1, 5, 132, forced=9) == (5, 1)
     for blocks in (1, 7, 100, 300, 1000):
         for kt in (1, 9, 64, 1000):
-            s, kts = cuda_igemm.choose_splits(blocks, kt, 264)
+            s, kts = cuda_igemm.choose_splits(blocks, kt, 132, ks, 1e-6)
             assert (s - 1) * kts < kt <= s * kts
 
 

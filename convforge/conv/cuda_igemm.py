@@ -65,13 +65,25 @@ KORDER_DEFAULT = 1
 SPLITK_MAX = 32
 SPLITK_MIN_KTILES = 8          # no split reduces fewer k tiles than this
 SPLITK_GAIN = 0.9              # split only where the modelled time drops below this fraction
+# SPLIT_NOTE: the model's rates, from the H100 sweep (benchmarks/2026-11-25-h100-igemm-3xtf32-fix): a
+# multiprocessor sustains about 0.38 (3xTF32, counted as fp32 FLOPs) / 0.83 (TF32) TFLOP/s of this kernel, and a
+# partial output costs 8 bytes an element (write + read) at 3 TB/s. A first model (waves of resident blocks,
+# no overhead) split where the measurement showed no gain (gpu-mode 256 px: 908 blocks into 25 splits, 0 %;
+# 4 x 64 x 128 px K 8: 4 splits, 3 % slower); blocks / multiprocessors balances those as measured.
+SM_RATE = {"tf32x3": 0.38e12, "tf32": 0.83e12}
+PARTIAL_BYTES_PER_S = 3.0e12
 # minb: __launch_bounds__'s minimum blocks per SM (2 caps the 256-thread configs at 128 registers: nvcc 13.0
 # sm_90, no spills, 128x128 3xTF32 139 -> 128 registers, so two blocks fit an SM)
 
 
-def default_config(M: int) -> dict:
+def default_config(M: int, precision: str = "tf32x3") -> dict:
+    """The tile config for M maps. TF32 above 64 maps: 128 x 64, four stages (LAUNCH_CONFIGS[6]), whose ring
+    holds the staged (coalesced) epilogue where 128 x 128 (three stages, no small A part) falls back to
+    fragment stores: on an H100 (benchmarks/2026-11-25-h100-igemm-3xtf32-fix, sweep.json) 1.09-1.82x faster
+    than 128 x 128 on 7 of 8 sweep shapes of 128-256 maps (0.97x on gpu-mode's K = 32 layer). 3xTF32 keeps
+    128 x 128 (the fastest or within 3 % of it on those shapes)."""
     if M > 64:
-        return dict(LAUNCH_CONFIGS[0], epi=1, flush=1)
+        return dict(LAUNCH_CONFIGS[6 if precision == "tf32" else 0], epi=1, flush=1)
     return dict(LAUNCH_CONFIGS[1] if M > 32 else LAUNCH_CONFIGS[2], epi=1, flush=1)
 
 
@@ -132,7 +144,7 @@ def plan(M: int, C: int, H: int, W: int, KH: int, KW: int, precision: str, confi
     """The checked geometry for one layer (the default tile config for its map count unless ``config``)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
-    cfg = {**default_config(M), **(config or {})}
+    cfg = {**default_config(M, precision), **(config or {})}
     cfg.setdefault("splitk", 0)
     if "korder" not in cfg:
         cfg["korder"] = KORDER_DEFAULT if C % int(cfg["bk"]) == 0 else 0
@@ -156,20 +168,22 @@ def plan(M: int, C: int, H: int, W: int, KH: int, KW: int, precision: str, confi
     return geom
 
 
-def choose_splits(blocks: int, kt: int, slots: int, forced: int = 0) -> tuple[int, int]:
-    """(splits, k tiles per split) for a grid of ``blocks`` blocks reducing ``kt`` k tiles each, ``slots``
-    blocks resident at once. Model: time ~ waves * k tiles per block, waves = ceil(blocks * splits / slots);
-    the fewest splits of the lowest modelled time, taken only below SPLITK_GAIN of one split's (the partial
-    outputs' extra traffic and the second pass are not modelled). ``forced`` >= 1: that many (at most kt)."""
+def choose_splits(blocks: int, kt: int, sms: int, ktile_s: float = 0.0, extra_s: float = 0.0,
+                  forced: int = 0) -> tuple[int, int]:
+    """(splits, k tiles per split) for a grid of ``blocks`` blocks reducing ``kt`` k tiles each on ``sms``
+    multiprocessors. Model (SPLIT_NOTE): a multiprocessor works through its share of the blocks at one rate,
+    ceil(blocks * splits / sms) blocks of kts k tiles at ``ktile_s`` seconds a k tile, plus ``extra_s`` seconds a
+    split for the partial outputs (written once, read once by the second pass). The fewest splits of the lowest
+    modelled time, taken only below SPLITK_GAIN of one split's. ``forced`` >= 1: that many (at most kt)."""
     if forced:
         kts = cc.cdiv(kt, min(forced, kt))
         return cc.cdiv(kt, kts), kts
-    one = cc.cdiv(blocks, slots) * kt
+    one = cc.cdiv(blocks, sms) * kt * ktile_s if ktile_s else cc.cdiv(blocks, sms) * kt
     best = (one, 1, kt)
     for s in range(2, min(SPLITK_MAX, kt // SPLITK_MIN_KTILES) + 1):
         kts = cc.cdiv(kt, s)
         s_eff = cc.cdiv(kt, kts)
-        cost = cc.cdiv(blocks * s_eff, slots) * kts
+        cost = cc.cdiv(blocks * s_eff, sms) * kts * (ktile_s or 1) + s_eff * extra_s
         if cost < best[0]:
             best = (cost, s_eff, kts)
     return (best[1], best[2]) if best[0] < SPLITK_GAIN * one else (1, kt)
@@ -235,7 +249,7 @@ class IgemmLayer:
         self.a_big, self.a_small = pack_weights(weight, self.geom)
         self.bias = bias
         self.kernel = cc.kernel(self.geom.spec(), "conv_igemm", self.device)
-        self.slots = info.sm_count * max(1, self.kernel.blocks_per_sm(self.geom.nt, self.geom.smem_bytes))
+        self.sms = info.sm_count
         self._splits: dict[int, tuple[int, int]] = {}
         self._reduce = None
 
@@ -244,7 +258,9 @@ class IgemmLayer:
         if B not in self._splits:
             g = self.geom
             blocks = g.mtiles * cc.cdiv(B * g.ho * g.wo, g.bn)
-            self._splits[B] = choose_splits(blocks, g.kt, self.slots, g.splitk)
+            ktile_s = 2 * g.bm * g.bn * g.bk / SM_RATE[g.precision]
+            extra_s = 8 * B * g.M * g.ho * g.wo / PARTIAL_BYTES_PER_S
+            self._splits[B] = choose_splits(blocks, g.kt, self.sms, ktile_s, extra_s, g.splitk)
         return self._splits[B]
 
     def __call__(self, x: torch.Tensor, out: Optional[torch.Tensor]) -> torch.Tensor:
@@ -267,7 +283,7 @@ class IgemmLayer:
                 if self._reduce is None:
                     self._reduce = cc.kernel(g.spec(), "conv_igemm_reduce", self.device)
                 threads = 256
-                grid = min(cc.cdiv(total, threads), 32 * self.slots)
+                grid = min(cc.cdiv(total, threads), 64 * self.sms)
                 self._reduce((grid,), (threads,), (cc.ptr(y), cc.ptr(dst), cc.ptr(self.bias), np.uint64(total),
                                                    cc.i32(splits)))
         return cc.finish(y, result)
