@@ -76,13 +76,19 @@ def sweep_table(run: Path) -> None:
     for (shape, precision), rs in by.items():
         cfg = {r["config"]: r for r in rs}
         default = next((r for r in rs if r["default"]), None)
-        main_ms = cfg.get(-2, default or {}).get("ms") if -2 in cfg else (default or {}).get("ms")
-        f = lambda r: "=" if r is None else f"{r['ms']:.3f}"
-        best = min(rs, key=lambda r: r["ms"] if r.get("ok", True) else float("inf"))
+        # main's kernel: cfg -2, or the default itself where -2 was deduplicated as identical to it
+        refused = {r["config"] for r in json.loads(path.read_text())["rows"]
+                   if "error" in r and tuple(r["shape"]) == shape and r["precision"] == precision}
+        main_ms = cfg[-2]["ms"] if -2 in cfg else (None if -2 in refused else (default or {}).get("ms"))
+        # "=": timed once as the identical default; "not run": the config was refused
+        f = lambda c: "not run" if c in refused else ("=" if c not in cfg else f"{cfg[c]['ms']:.3f}")
+        # the fastest exact config: flush 0 (-1) is wrong on long reductions, never a candidate
+        best = min((r for r in rs if r["config"] != -1), key=lambda r: r["ms"] if r.get("ok", True) else float("inf"))
         fails = [r["config"] for r in rs if not r.get("ok", True)]
-        print(f"| {' '.join(map(str, shape))} | {precision} | {main_ms:.3f} | {f(cfg.get(-3))} | {f(cfg.get(-6))} | "
-              f"{f(default)} | {default and default['splits'][0]} | "
-              f"{(main_ms / default['ms']) if default else float('nan'):.2f} | "
+        print(f"| {' '.join(map(str, shape))} | {precision} | {'not run' if main_ms is None else f'{main_ms:.3f}'} | "
+              f"{f(-3)} | {f(-6)} | "
+              f"{'—' if default is None else format(default['ms'], '.3f')} | {default and default['splits'][0]} | "
+              f"{(main_ms / default['ms']) if default and main_ms else float('nan'):.2f} | "
               f"{default and default.get('rel_err', float('nan')):.1e} | cfg {best['config']} ({best['ms']:.3f})"
               f"{' FAIL ' + str(fails) if fails else ''} |")
     print()

@@ -14,10 +14,12 @@ from shared-memory tiles) and its "tensor cores" step (cuda-tc: per-image gather
 batch-wide tiles, a cp.async pipeline and fp32 accuracy.
 Bottleneck expected: tensor-core issue (three mma per product in 3xTF32) and the B-fragment splits; on few-
 channel layers (KR < ~64) the gather loads and a mostly-empty k tile: use cuda-direct / cuda-tc there.
-Measured (H100, benchmarks/2026-11-25-h100-igemm-3xtf32): TF32 reaches 101 TFLOP/s on gpu-mode's 256-px layers
-(2.8x cuDNN fp32, 0.43x cuDNN TF32, 25 % of cuBLAS's TF32 rate): mma.sync and 4-byte gathers, not wgmma/TMA.
-3xTF32 with one mma accumulator over the whole reduction failed the exact tolerance there (FLUSH_NOTE); the
-per-k-step partial sums that fix it are not yet measured on a GPU.
+Measured (H100, benchmarks/2026-11-25-h100-igemm-3xtf32-fix, run 2): 3xTF32 meets 1e-5 on all 39 gpumode/wide
+shapes (worst 2.3e-6, C*K*K = 131072) and runs gpu-mode's 256-px layers at 50 TFLOP/s, 1.38-1.39x cuDNN fp32
+(38 % of the 3xTF32 ceiling, cuBLAS TF32 / 3); TF32 at 128 TFLOP/s there, 0.51-0.53x cuDNN TF32 (mma.sync and
+4-byte gathers, not wgmma/TMA). The channel-innermost k order (korder) and split-K (a run-time choice per batch
+size, choose_splits) made 3xTF32 1.11-2.98x faster than the first kernel on 10 of 11 sweep shapes (run 1; 0.80x
+on one K = 1 shape, unexplained). TF32 above 64 maps takes a 128 x 64 tile (default_config).
 Compiled once per (layer shape without the weights, tile config, split), cached like every CUDA kernel here.
 """
 
@@ -53,7 +55,9 @@ LAUNCH_CONFIGS: tuple[dict, ...] = (
 # fresh accumulator and adds that to the running sum with an fp32 add (round to nearest), so the truncation
 # errors have both signs. The host emulation models the truncation (host_emulation.h): C*K*K = 4608 gives
 # 4.7e-5 with flush 0 and 4.9e-7 with the fix (tests/test_cuda_igemm.py); C*K*K = 131072 (C 128, K 32) 1.26e-3
-# with flush 0 (the H100: 9.14e-4) and 2.19e-6 with the fix. Not yet measured on a GPU.
+# with flush 0 (the H100: 9.14e-4) and 2.19e-6 with the fix. On the H100 (benchmarks/2026-11-25-h100-igemm-3xtf32-fix)
+# the fix measured 2.3e-6 at 131072 and at most 8.2e-7 elsewhere (flush 0 there: 4.4e-4); it costs 11-19 % of
+# 3xTF32's time (sweep config -1).
 # korder: the k order of the GEMM's reduction. 0: (c, p, q), the weight tensor's order, each gathered element's
 # source found by two divisions; 1: (p, q, c), channels innermost, for C a multiple of bk: a k tile is bk
 # channels at one tap, its gather offset one block-uniform value plus a constant per row. KORDER_DEFAULT is what
