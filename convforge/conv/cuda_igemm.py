@@ -56,8 +56,8 @@ LAUNCH_CONFIGS: tuple[dict, ...] = (
 # errors have both signs. The host emulation models the truncation (host_emulation.h): C*K*K = 4608 gives
 # 4.7e-5 with flush 0 and 4.9e-7 with the fix (tests/test_cuda_igemm.py); C*K*K = 131072 (C 128, K 32) 1.26e-3
 # with flush 0 (the H100: 9.14e-4) and 2.19e-6 with the fix. On the H100 (benchmarks/2026-11-25-h100-igemm-3xtf32-fix)
-# the fix measured 2.3e-6 at 131072 and at most 8.2e-7 elsewhere (flush 0 there: 4.4e-4); it costs 11-19 % of
-# 3xTF32's time (sweep config -1).
+# the fix measured 2.3e-6 at 131072 and at most 8.2e-7 elsewhere (flush 0 there: 4.4e-4, and 4-34x the fixed
+# error on shorter reductions); flush 0 runs in 83-93 % of the fixed kernel's time (sweep config -1).
 # korder: the k order of the GEMM's reduction. 0: (c, p, q), the weight tensor's order, each gathered element's
 # source found by two divisions; 1: (p, q, c), channels innermost, for C a multiple of bk: a k tile is bk
 # channels at one tap, its gather offset one block-uniform value plus a constant per row. KORDER_DEFAULT is what
