@@ -114,7 +114,6 @@ conv_igemm(float* __restrict__ y, const float* __restrict__ x, const float* __re
     const int m0 = mtile * BM;
     const int n0 = (blockIdx.x / MTILES) * BN;
     const int kb = blockIdx.y * kts, nk = min(KT - kb, kts);   // this block's k tiles: kb .. kb + nk - 1
-    y += (long long)blockIdx.y * B * M * P;
 
     // the B loader: this thread's column n and its first k row
     const int bcol = tid % BN, brow = tid / BN;
@@ -139,10 +138,21 @@ conv_igemm(float* __restrict__ y, const float* __restrict__ x, const float* __re
         }
         if constexpr (KORDER) {
             const int tap = kt / CBLKS, c0 = (kt - tap * CBLKS) * BK, p = tap / KW, q = tap - p * KW;
-            const float* const src = xcol + (c0 * HW + p * W + q);       // block-uniform offset
+            const int off = c0 * HW + p * W + q;                        // block-uniform offset
+            // Two spellings of the same addresses. 3xTF32 (128 registers at two blocks an SM): the 32-bit
+            // offset per element, so nvcc does not hoist eight 64-bit row pointers out of the k loop (it did,
+            // and spilled 32 bytes with 6 local loads a k tile; this way 8 bytes and 2). TF32 has registers to
+            // spare: the pointer form, 295 instructions a k tile against 312 (nvcc 13.0, sm_90, 128 x 64 tile).
+            if constexpr (SPLIT == 3) {
 #pragma unroll
-            for (int i = 0; i < B_PER_THREAD; ++i)
-                copy_async4(bs + (brow + i * B_ROWS) * BP + bcol, n_ok ? src + i * B_ROWS * HW : x, n_ok);
+                for (int i = 0; i < B_PER_THREAD; ++i)
+                    copy_async4(bs + (brow + i * B_ROWS) * BP + bcol, n_ok ? xcol + (off + i * B_ROWS * HW) : x, n_ok);
+            } else {
+                const float* const src = xcol + off;
+#pragma unroll
+                for (int i = 0; i < B_PER_THREAD; ++i)
+                    copy_async4(bs + (brow + i * B_ROWS) * BP + bcol, n_ok ? src + i * B_ROWS * HW : x, n_ok);
+            }
         } else {
 #pragma unroll
             for (int i = 0; i < B_PER_THREAD; ++i) {
@@ -228,6 +238,7 @@ conv_igemm(float* __restrict__ y, const float* __restrict__ x, const float* __re
         }
     }
     copy_wait<0>();                 // no copy may still be in flight when the block exits
+    y += (long long)blockIdx.y * B * M * P;                    // split-K: this split's workspace slice
 
     // epilogue: c0 (g, 2t) c1 (g, 2t+1) c2 (g+8, 2t) c3 (g+8, 2t+1) -> y[b][m][p], n = b*P + p
     if constexpr (EPI) {
