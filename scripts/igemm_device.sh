@@ -27,7 +27,8 @@ if has gpumode; then t gpumode
 fi
 if has wide; then t wide
   # in WIDE_CHUNKS interleaved chunks of explicit shapes, each with its own JSON: bench writes its file only at
-  # the end, so a chunk cut short by its timeout loses only its own rows
+  # the end, so a chunk cut short by its timeout loses only its own rows. On an H100 (2026-11-25, 4 chunks,
+  # --budget 0.05) the chunk without 1024-px layers took 21 s; the three with them did not finish in 25 s each.
   n=${WIDE_CHUNKS:-3}
   for i in $(seq 0 $((n - 1))); do
     shapes=$(python3 -c "from convforge.harness.bench import SHAPE_SETS as S; print(' '.join(','.join(map(str, s)) for s in S['wide'][$i::$n]))")
