@@ -20,10 +20,10 @@ def main(run: Path) -> None:
         print(f"cuBLAS 8192^3: fp32 {extra['matmul_fp32']['tflops']:.1f} TFLOP/s, TF32 {tf32_rate:.1f} TFLOP/s "
               f"-> 3xTF32 ceiling {tf32_rate / 3:.1f} TFLOP/s\n")
     for name in ("gpumode", "wide"):
-        path = run / f"{name}.json"
-        if not path.exists():
+        paths = [run / f"{name}.json"] if (run / f"{name}.json").exists() else sorted(run.glob(f"{name}_*.json"))
+        if not paths:
             continue
-        rows = json.loads(path.read_text())
+        rows = [r for path in paths for r in json.loads(path.read_text())]
         by_case: dict = {}
         for r in rows:
             by_case.setdefault((r["B"], r["M"], r["C"], r["H"], r["W"], r["K"]), {})[r["impl"]] = r
@@ -59,5 +59,58 @@ def main(run: Path) -> None:
         print()
 
 
+def sweep_table(run: Path) -> None:
+    """Before/after per sweep shape (sweep.json): main's kernel (cfg -2: k = (c, p, q), one split), the
+    channel-innermost k order alone (-3), split-K alone (-6), the new default (*), the fastest config."""
+    path = run / "sweep.json"
+    if not path.exists():
+        return
+    rows = [r for r in json.loads(path.read_text())["rows"] if "ms" in r]
+    by: dict = {}
+    for r in rows:
+        by.setdefault((tuple(r["shape"]), r["precision"]), []).append(r)
+    print("### sweep: main's kernel against the changes (ms; error vs float64 on image 0's first 8 output rows)\n")
+    print("| B M C H=W K | precision | main (cfg -2) | korder only (-3) | split-K only (-6) | new default | splits | "
+          "x main | default error | fastest config (ms) |")
+    print("|" + "---|" * 10)
+    for (shape, precision), rs in by.items():
+        cfg = {r["config"]: r for r in rs}
+        default = next((r for r in rs if r["default"]), None)
+        # main's kernel: cfg -2, or the default itself where -2 was deduplicated as identical to it
+        refused = {r["config"] for r in json.loads(path.read_text())["rows"]
+                   if "error" in r and tuple(r["shape"]) == shape and r["precision"] == precision}
+        main_ms = cfg[-2]["ms"] if -2 in cfg else (None if -2 in refused else (default or {}).get("ms"))
+        # "=": timed once as the identical default; "not run": the config was refused
+        f = lambda c: "not run" if c in refused else ("=" if c not in cfg else f"{cfg[c]['ms']:.3f}")
+        # the fastest exact config: flush 0 (-1) is wrong on long reductions, never a candidate
+        best = min((r for r in rs if r["config"] != -1), key=lambda r: r["ms"] if r.get("ok", True) else float("inf"))
+        fails = [r["config"] for r in rs if not r.get("ok", True)]
+        print(f"| {' '.join(map(str, shape))} | {precision} | {'not run' if main_ms is None else f'{main_ms:.3f}'} | "
+              f"{f(-3)} | {f(-6)} | "
+              f"{'—' if default is None else format(default['ms'], '.3f')} | {default and default['splits'][0]} | "
+              f"{(main_ms / default['ms']) if default and main_ms else float('nan'):.2f} | "
+              f"{default and default.get('rel_err', float('nan')):.1e} | cfg {best['config']} ({best['ms']:.3f})"
+              f"{' FAIL ' + str(fails) if fails else ''} |")
+    print()
+
+
+def check_table(run: Path) -> None:
+    path = run / "check.json"
+    if not path.exists():
+        return
+    rows = json.loads(path.read_text())
+    print("### error vs float64 (check.json: batch 1, image 0's first 8 output rows, full reduction)\n")
+    print("| set | B M C H=W K | C*K*K | 3xTF32 | TF32 |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['set']} | {' '.join(map(str, r['shape']))} | {r['kr']} | {r['tf32x3']:.2e}"
+              f"{'' if r['tf32x3'] <= 1e-5 else ' FAIL'} | {r['tf32']:.2e}{'' if r['tf32'] <= 1e-2 else ' FAIL'} |")
+    worst = max(rows, key=lambda r: r["tf32x3"])
+    print(f"\n3xTF32 worst {worst['tf32x3']:.2e} ({worst['shape']}); within 1e-5 on "
+          f"{sum(r['tf32x3'] <= 1e-5 for r in rows)} of {len(rows)}\n")
+
+
 if __name__ == "__main__":
     main(Path(sys.argv[1]))
+    sweep_table(Path(sys.argv[1]))
+    check_table(Path(sys.argv[1]))

@@ -155,6 +155,78 @@ def test_emulated_every_tile_config(emulation):
             assert fn.layer_for(11, 13).geom.epi == config.get("epi", fn.layer_for(11, 13).geom.epi)
 
 
+# channels a multiple of 16 / 32: the channel-innermost k order (korder 1) serves them
+KORDER_SHAPES = ((2, 40, 16, 9, 11, 3, 2), (1, 70, 32, 7, 8, 2, 3), (3, 16, 48, 6, 6, 1, 1))
+
+
+@needs_cxx
+@pytest.mark.slow
+def test_emulated_channel_innermost_k_order(emulation):
+    """korder 1 (k = (p, q, c)) against float64, both k orders and both BK on one shape, rectangular kernels,
+    partial map and position tiles; where BK does not divide C, korder 1 is refused and the default falls back."""
+    for i, shape in enumerate(KORDER_SHAPES):
+        x, w, b = _data(shape, seed=40 + i, bias=i % 2 == 0)
+        ref = _reference(x, w, b)
+        C = shape[2]
+        for config in ({"korder": 1}, {"korder": 1, **cuda_igemm.LAUNCH_CONFIGS[3]}, {"korder": 0}):
+            if C % config.get("bk", 16):
+                with pytest.raises(ValueError):
+                    cuda_igemm.plan(*shape[1:], "tf32x3", config)
+                continue
+            for name in NAMES:
+                fn, tolerance = _prepare(name, w, b, config=config)
+                assert fn.layer_for(*shape[3:5]).geom.korder == config["korder"]
+                error = _check(fn, x, ref, tolerance, f"{name} {shape} {config} (emulated)")
+                if name == "cuda-igemm-3xtf32":
+                    assert error < 2e-6, f"{shape} {config}: 3xTF32 error {error:.3g}"
+    assert cuda_igemm.plan(8, 20, 9, 9, 3, 3, "tf32x3").korder == 0                 # 20 channels: 16 does not divide them
+    assert cuda_igemm.plan(8, 32, 9, 9, 3, 3, "tf32x3").korder == cuda_igemm.KORDER_DEFAULT
+
+
+def test_choose_splits():
+    """Split-K's model (SPLIT_NOTE): a grid that balances over the multiprocessors keeps one split (gpu-mode's
+    256-px layers on an H100's 132: 396 and 908 blocks of 128 x 128); a small grid over a long reduction splits
+    (46 blocks, 968 k tiles: the H100 measured 17 splits 3x faster than one); the partial outputs' cost holds the
+    count down; a forced count is capped by the k tiles and leaves no split empty."""
+    ks = 2 * 128 * 128 * 16 / cuda_igemm.SM_RATE["tf32x3"]
+    assert cuda_igemm.choose_splits(396, 8192, 132, ks, 1e-5) == (1, 8192)
+    assert cuda_igemm.choose_splits(908, 2048, 132, ks, 1e-5) == (1, 2048)
+    s, kts = cuda_igemm.choose_splits(46, 968, 132, ks, 8 * 256 * 54 * 54 / 3e12)
+    assert 8 <= s <= 32 and (s - 1) * kts < 968 <= s * kts
+    assert cuda_igemm.choose_splits(46, 968, 132, ks, 1.0)[0] == 1          # partial outputs too dear to split
+    assert cuda_igemm.choose_splits(8, 20, 132) == (2, 10)                  # at least SPLITK_MIN_KTILES each
+    assert cuda_igemm.choose_splits(8, 15, 132) == (1, 15)
+    assert cuda_igemm.choose_splits(1, 5, 132, forced=3) == (3, 2)
+    assert cuda_igemm.choose_splits(1, 5, 132, forced=4) == (3, 2)    # 4 splits of 2 tiles: the 4th would be empty
+    assert cuda_igemm.choose_splits(1, 5, 132, forced=9) == (5, 1)
+    for blocks in (1, 7, 100, 300, 1000):
+        for kt in (1, 9, 64, 1000):
+            s, kts = cuda_igemm.choose_splits(blocks, kt, 132, ks, 1e-6)
+            assert (s - 1) * kts < kt <= s * kts
+
+
+@needs_cxx
+@pytest.mark.slow
+def test_emulated_split_k(emulation):
+    """Split-K against float64: forced 2, 3 (uneven k tiles), more splits than k tiles, both k orders, with
+    and without bias and out; and the automatic choice on a small grid with a long reduction (2 emulated SMs)."""
+    shape = (1, 20, 32, 6, 7, 3, 3)          # KR = 288: 18 k tiles of 16; N = 20: one block per map tile
+    x, w, b = _data(shape, seed=21)
+    ref = _reference(x, w, b)
+    for config in ({"splitk": 2}, {"splitk": 3, "korder": 1}, {"splitk": 5, "korder": 1}, {"splitk": 40}):
+        for name in NAMES:
+            fn, tolerance = _prepare(name, w, b, config=config)
+            error = _check(fn, x, ref, tolerance, f"{name} {config} (emulated)")
+            layer = fn.layer_for(6, 7)
+            assert layer.splits(1)[0] == min(config["splitk"], 18)
+            if name == "cuda-igemm-3xtf32":
+                assert error < 2e-6, f"{config}: 3xTF32 error {error:.3g}"
+    x, w, _ = _data((2, 8, 64, 4, 4, 3, 3), seed=22, bias=False)   # KR = 576: 36 k tiles; 1 block
+    fn, tolerance = _prepare("cuda-igemm-3xtf32", w, None)
+    assert fn.layer_for(4, 4).splits(2)[0] > 1
+    _check(fn, x, _reference(x, w, None), tolerance, "auto split (emulated)")
+
+
 @needs_cxx
 @pytest.mark.slow
 def test_emulated_inf_and_nan_stay_where_fp32_puts_them(emulation):
@@ -264,3 +336,11 @@ def test_gpu_shapes_and_configs(name):
     for config in cuda_igemm.LAUNCH_CONFIGS:
         fn, tolerance = _prepare(name, w.cuda(), b.cuda(), config=config)
         _check(fn, x.cuda(), _reference(x, w, b), tolerance, f"{name} {config}")
+    # both k orders (and BK 16 / 32) where BK divides the channels: the seed-like and gpu-mode-like shapes
+    for i, shape in enumerate(KORDER_SHAPES + GPU_SHAPES[0:3:2]):
+        x, w, b = _data(shape, seed=zlib.crc32(f"{name}{shape}korder".encode()), bias=i % 2 == 1)
+        ref = _reference(x, w, b)
+        for config in ({"korder": 0}, {"korder": 1}, {"korder": 1, **cuda_igemm.LAUNCH_CONFIGS[3]}):
+            if shape[2] % config.get("bk", 16) == 0:
+                fn, tolerance = _prepare(name, w.cuda(), None if b is None else b.cuda(), config=config)
+                _check(fn, x.cuda(), ref, tolerance, f"{name} {shape} {config}")

@@ -14,10 +14,12 @@ from shared-memory tiles) and its "tensor cores" step (cuda-tc: per-image gather
 batch-wide tiles, a cp.async pipeline and fp32 accuracy.
 Bottleneck expected: tensor-core issue (three mma per product in 3xTF32) and the B-fragment splits; on few-
 channel layers (KR < ~64) the gather loads and a mostly-empty k tile: use cuda-direct / cuda-tc there.
-Measured (H100, benchmarks/2026-11-25-h100-igemm-3xtf32): TF32 reaches 101 TFLOP/s on gpu-mode's 256-px layers
-(2.8x cuDNN fp32, 0.43x cuDNN TF32, 25 % of cuBLAS's TF32 rate): mma.sync and 4-byte gathers, not wgmma/TMA.
-3xTF32 with one mma accumulator over the whole reduction failed the exact tolerance there (FLUSH_NOTE); the
-per-k-step partial sums that fix it are not yet measured on a GPU.
+Measured (H100, benchmarks/2026-11-25-h100-igemm-3xtf32-fix, run 2): 3xTF32 meets 1e-5 on all 39 gpumode/wide
+shapes (worst 2.3e-6, C*K*K = 131072) and runs gpu-mode's 256-px layers at 50 TFLOP/s, 1.38-1.39x cuDNN fp32
+(38 % of the 3xTF32 ceiling, cuBLAS TF32 / 3); TF32 at 128 TFLOP/s there, 0.51-0.53x cuDNN TF32 (mma.sync and
+4-byte gathers, not wgmma/TMA). The channel-innermost k order (korder) and split-K (a run-time choice per batch
+size, choose_splits) made 3xTF32 1.11-2.98x faster than the first kernel on 10 of 11 sweep shapes (run 1; 0.80x
+on one K = 1 shape, unexplained). TF32 above 64 maps takes a 128 x 64 tile (default_config).
 Compiled once per (layer shape without the weights, tile config, split), cached like every CUDA kernel here.
 """
 
@@ -26,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Optional
 
+import numpy as np
 import torch
 
 from convforge.conv import cuda_common as cc
@@ -33,7 +36,7 @@ from convforge.conv import cuda_common as cc
 SOURCE = "igemm.cu"
 PRECISIONS = ("tf32x3", "tf32")
 SMEM_OPTIN_DEFAULT = 227 * 1024
-CONFIG_KEYS = ("bm", "bn", "bk", "wm", "wn", "stages", "minb", "epi", "flush")
+CONFIG_KEYS = ("bm", "bn", "bk", "wm", "wn", "stages", "minb", "epi", "flush", "korder", "splitk")
 # Tile configs by the number of maps (the GEMM's M): blocks as tall as the maps need, 128 positions wide.
 LAUNCH_CONFIGS: tuple[dict, ...] = (
     {"bm": 128, "bn": 128, "bk": 16, "wm": 64, "wn": 32, "stages": 3, "minb": 2},
@@ -52,14 +55,39 @@ LAUNCH_CONFIGS: tuple[dict, ...] = (
 # fresh accumulator and adds that to the running sum with an fp32 add (round to nearest), so the truncation
 # errors have both signs. The host emulation models the truncation (host_emulation.h): C*K*K = 4608 gives
 # 4.7e-5 with flush 0 and 4.9e-7 with the fix (tests/test_cuda_igemm.py); C*K*K = 131072 (C 128, K 32) 1.26e-3
-# with flush 0 (the H100: 9.14e-4) and 2.19e-6 with the fix. Not yet measured on a GPU.
+# with flush 0 (the H100: 9.14e-4) and 2.19e-6 with the fix. On the H100 (benchmarks/2026-11-25-h100-igemm-3xtf32-fix)
+# the fix measured 2.3e-6 at 131072 and at most 8.2e-7 elsewhere (flush 0 there: 4.4e-4, and 4-34x the fixed
+# error on shorter reductions); flush 0 runs in 83-93 % of the fixed kernel's time (sweep config -1).
+# korder: the k order of the GEMM's reduction. 0: (c, p, q), the weight tensor's order, each gathered element's
+# source found by two divisions; 1: (p, q, c), channels innermost, for C a multiple of bk: a k tile is bk
+# channels at one tap, its gather offset one block-uniform value plus a constant per row. KORDER_DEFAULT is what
+# a layer with C % bk == 0 gets when the config does not say.
+KORDER_DEFAULT = 1
+# splitk: how many block rows share the reduction (split-K; a run-time choice, not compiled in). 0: chosen per
+# call by choose_splits from the grid, the resident blocks and the k tiles; n >= 1: n (fewer where the k tiles
+# run out). Each split writes a partial output to a workspace and conv_igemm_reduce sums them in order.
+SPLITK_MAX = 32
+SPLITK_MIN_KTILES = 8          # no split reduces fewer k tiles than this
+SPLITK_GAIN = 0.9              # split only where the modelled time drops below this fraction
+# SPLIT_NOTE: the model's rates, from the H100 sweep (benchmarks/2026-11-25-h100-igemm-3xtf32-fix): a
+# multiprocessor sustains about 0.38 (3xTF32, counted as fp32 FLOPs) / 0.83 (TF32) TFLOP/s of this kernel, and a
+# partial output costs 8 bytes an element (write + read) at 3 TB/s. A first model (waves of resident blocks,
+# no overhead) split where the measurement showed no gain (gpu-mode 256 px: 908 blocks into 25 splits, 0 %;
+# 4 x 64 x 128 px K 8: 4 splits, 3 % slower); blocks / multiprocessors balances those as measured.
+SM_RATE = {"tf32x3": 0.38e12, "tf32": 0.83e12}
+PARTIAL_BYTES_PER_S = 3.0e12
 # minb: __launch_bounds__'s minimum blocks per SM (2 caps the 256-thread configs at 128 registers: nvcc 13.0
 # sm_90, no spills, 128x128 3xTF32 139 -> 128 registers, so two blocks fit an SM)
 
 
-def default_config(M: int) -> dict:
+def default_config(M: int, precision: str = "tf32x3") -> dict:
+    """The tile config for M maps. TF32 above 64 maps: 128 x 64, four stages (LAUNCH_CONFIGS[6]), whose ring
+    holds the staged (coalesced) epilogue where 128 x 128 (three stages, no small A part) falls back to
+    fragment stores: on an H100 (benchmarks/2026-11-25-h100-igemm-3xtf32-fix, sweep.json) 1.09-1.82x faster
+    than 128 x 128 on 7 of 8 sweep shapes of 128-256 maps (0.97x on gpu-mode's K = 32 layer). 3xTF32 keeps
+    128 x 128 (the fastest or within 3 % of it on those shapes)."""
     if M > 64:
-        return dict(LAUNCH_CONFIGS[0], epi=1, flush=1)
+        return dict(LAUNCH_CONFIGS[6 if precision == "tf32" else 0], epi=1, flush=1)
     return dict(LAUNCH_CONFIGS[1] if M > 32 else LAUNCH_CONFIGS[2], epi=1, flush=1)
 
 
@@ -82,6 +110,8 @@ class IgemmGeometry:
     minb: int = 2
     epi: int = 1                # 1: output tile staged through shared memory (coalesced rows), 0: fragment stores
     flush: int = 1              # 3xTF32: 1 sums each k step's products apart and adds them in fp32 (FLUSH_NOTE)
+    korder: int = 0             # 1: k = (p, q, c), channels innermost (C % bk == 0); 0: k = (c, p, q)
+    splitk: int = 0             # split-K: 0 chosen per call (choose_splits), n >= 1 forced (run time, not compiled)
 
     @property
     def split(self): return 3 if self.precision == "tf32x3" else 1
@@ -93,6 +123,8 @@ class IgemmGeometry:
     def kr(self): return self.C * self.KH * self.KW
     @property
     def kp(self): return cc.cdiv(self.kr, self.bk) * self.bk
+    @property
+    def kt(self): return self.kp // self.bk
     @property
     def mtiles(self): return cc.cdiv(self.M, self.bm)
     @property
@@ -107,7 +139,8 @@ class IgemmGeometry:
         return cc.KernelSpec.of(SOURCE, CF_M=self.M, CF_C=self.C, CF_H=self.H, CF_W=self.W, CF_KH=self.KH,
                                 CF_KW=self.KW, CF_BM=self.bm, CF_BN=self.bn, CF_BK=self.bk, CF_WM=self.wm,
                                 CF_WN=self.wn, CF_STAGES=self.stages, CF_SPLIT=self.split,
-                                CF_MINB=self.minb, CF_EPI=self.epi, CF_FLUSH=self.flush if self.split == 3 else 0)
+                                CF_MINB=self.minb, CF_EPI=self.epi, CF_FLUSH=self.flush if self.split == 3 else 0,
+                                CF_KORDER=self.korder)
 
 
 def plan(M: int, C: int, H: int, W: int, KH: int, KW: int, precision: str, config: Optional[dict] = None,
@@ -115,7 +148,10 @@ def plan(M: int, C: int, H: int, W: int, KH: int, KW: int, precision: str, confi
     """The checked geometry for one layer (the default tile config for its map count unless ``config``)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
-    cfg = {**default_config(M), **(config or {})}
+    cfg = {**default_config(M, precision), **(config or {})}
+    cfg.setdefault("splitk", 0)
+    if "korder" not in cfg:
+        cfg["korder"] = KORDER_DEFAULT if C % int(cfg["bk"]) == 0 else 0
     unknown = set(cfg) - set(CONFIG_KEYS)
     if unknown:
         raise ValueError(f"unknown launch parameters {sorted(unknown)} (known: {', '.join(CONFIG_KEYS)})")
@@ -125,14 +161,36 @@ def plan(M: int, C: int, H: int, W: int, KH: int, KW: int, precision: str, confi
     g = geom
     if (g.bm % g.wm or g.bn % g.wn or g.wm % 16 or g.wn % 8 or g.bk not in (16, 32) or g.bn % 32
             or g.nt % g.bn or g.bk % (g.nt // g.bn) or (g.bm * g.bk // 4) % g.nt or g.stages < 2 or g.nt > 1024
-            or g.minb < 1 or g.epi not in (0, 1) or g.flush not in (0, 1) or (g.epi and g.bm * (g.bn + 8) > g.stages * g.stage_floats)):
+            or g.minb < 1 or g.epi not in (0, 1) or g.flush not in (0, 1) or (g.epi and g.bm * (g.bn + 8) > g.stages * g.stage_floats)
+            or g.korder not in (0, 1) or (g.korder and C % g.bk) or g.splitk < 0):
         raise ValueError(f"bad tile config {cfg}: bm % wm == bn % wn == 0, wm % 16 == wn % 8 == 0, bk 16 or 32, "
-                         "bn a multiple of 32 dividing the thread count, at least 2 stages")
+                         "bn a multiple of 32 dividing the thread count, at least 2 stages, korder 1 only where bk divides C")
     if g.smem_bytes > smem_optin:
         raise ValueError(f"tile config {cfg} needs {g.smem_bytes} bytes of shared memory (at most {smem_optin})")
     if C * H * W > cc.INT32_MAX:
         raise ValueError(f"one image of {C}x{H}x{W} floats exceeds the kernel's 32-bit offsets")
     return geom
+
+
+def choose_splits(blocks: int, kt: int, sms: int, ktile_s: float = 0.0, extra_s: float = 0.0,
+                  forced: int = 0) -> tuple[int, int]:
+    """(splits, k tiles per split) for a grid of ``blocks`` blocks reducing ``kt`` k tiles each on ``sms``
+    multiprocessors. Model (SPLIT_NOTE): a multiprocessor works through its share of the blocks at one rate,
+    ceil(blocks * splits / sms) blocks of kts k tiles at ``ktile_s`` seconds a k tile, plus ``extra_s`` seconds a
+    split for the partial outputs (written once, read once by the second pass). The fewest splits of the lowest
+    modelled time, taken only below SPLITK_GAIN of one split's. ``forced`` >= 1: that many (at most kt)."""
+    if forced:
+        kts = cc.cdiv(kt, min(forced, kt))
+        return cc.cdiv(kt, kts), kts
+    one = cc.cdiv(blocks, sms) * kt * ktile_s if ktile_s else cc.cdiv(blocks, sms) * kt
+    best = (one, 1, kt)
+    for s in range(2, min(SPLITK_MAX, kt // SPLITK_MIN_KTILES) + 1):
+        kts = cc.cdiv(kt, s)
+        s_eff = cc.cdiv(kt, kts)
+        cost = cc.cdiv(blocks * s_eff, sms) * kts * (ktile_s or 1) + s_eff * extra_s
+        if cost < best[0]:
+            best = (cost, s_eff, kts)
+    return (best[1], best[2]) if best[0] < SPLITK_GAIN * one else (1, kt)
 
 
 def kernel_specs(M: int, C: int, H: int, W: int, K: int, precision: str = "tf32x3", config=None,
@@ -152,7 +210,7 @@ def pack_weights(weight: torch.Tensor, geom: IgemmGeometry) -> tuple[torch.Tenso
     flushing reference)."""
     M = weight.shape[0]
     a = torch.zeros(geom.mtiles * geom.bm, geom.kp, dtype=torch.float32, device=weight.device)
-    a[:M, :geom.kr] = weight.reshape(M, -1)
+    a[:M, :geom.kr] = (weight.permute(0, 2, 3, 1) if geom.korder else weight).reshape(M, -1)   # k = (p, q, c) or (c, p, q)
     a = torch.where(a.abs() < torch.finfo(torch.float32).tiny, torch.zeros_like(a), a)   # denormals read as zero
     if geom.split == 1:
         return fragment_order(_tf32(a), geom), None
@@ -195,6 +253,19 @@ class IgemmLayer:
         self.a_big, self.a_small = pack_weights(weight, self.geom)
         self.bias = bias
         self.kernel = cc.kernel(self.geom.spec(), "conv_igemm", self.device)
+        self.sms = info.sm_count
+        self._splits: dict[int, tuple[int, int]] = {}
+        self._reduce = None
+
+    def splits(self, B: int) -> tuple[int, int]:
+        """(splits, k tiles per split) for a batch of B (choose_splits, once per batch size)."""
+        if B not in self._splits:
+            g = self.geom
+            blocks = g.mtiles * cc.cdiv(B * g.ho * g.wo, g.bn)
+            ktile_s = 2 * g.bm * g.bn * g.bk / SM_RATE[g.precision]
+            extra_s = 8 * B * g.M * g.ho * g.wo / PARTIAL_BYTES_PER_S
+            self._splits[B] = choose_splits(blocks, g.kt, self.sms, ktile_s, extra_s, g.splitk)
+        return self._splits[B]
 
     def __call__(self, x: torch.Tensor, out: Optional[torch.Tensor]) -> torch.Tensor:
         g = self.geom
@@ -206,8 +277,19 @@ class IgemmLayer:
         y, result = cc.output(out, (B, g.M, g.ho, g.wo), x)
         if y.numel():
             blocks = g.mtiles * cc.cdiv(B * P, g.bn)
-            self.kernel((blocks,), (g.nt,), (cc.ptr(y), cc.ptr(x), cc.ptr(self.a_big), cc.ptr(self.a_small),
-                                             cc.ptr(self.bias), cc.i32(B)), shared_mem=g.smem_bytes)
+            splits, kts = self.splits(B)
+            total = B * g.M * P
+            dst = y if splits == 1 else torch.empty(splits * total, dtype=torch.float32, device=y.device)
+            self.kernel((blocks, splits), (g.nt,), (cc.ptr(dst), cc.ptr(x), cc.ptr(self.a_big), cc.ptr(self.a_small),
+                                                     cc.ptr(self.bias if splits == 1 else None), cc.i32(B),
+                                                     cc.i32(kts)), shared_mem=g.smem_bytes)
+            if splits > 1:
+                if self._reduce is None:
+                    self._reduce = cc.kernel(g.spec(), "conv_igemm_reduce", self.device)
+                threads = 256
+                grid = min(cc.cdiv(total, threads), 64 * self.sms)
+                self._reduce((grid,), (threads,), (cc.ptr(y), cc.ptr(dst), cc.ptr(self.bias), np.uint64(total),
+                                                   cc.i32(splits)))
         return cc.finish(y, result)
 
 

@@ -22,7 +22,8 @@
 // b0 (k t, n g) b1 (k t+4, n g); c0 (g, 2t) c1 (g, 2t+1) c2 (g+8, 2t) c3 (g+8, 2t+1).
 // Constants: CF_M CF_C CF_H CF_W CF_KH CF_KW (the layer), CF_BM CF_BN CF_BK CF_WM CF_WN CF_STAGES (tiles),
 // CF_SPLIT (3 or 1), CF_FLUSH (3xTF32: 1 adds each k step's partial sum to the accumulator in fp32),
-// CF_EPI (1: output staged through shared memory, 0: fragment stores). The weights are arguments, not constants: one compile serves every layer of that shape.
+// CF_EPI (1: output staged through shared memory, 0: fragment stores), CF_KORDER (1: k = (p, q, c), channels
+// innermost, for C a multiple of BK: a block-uniform gather offset per k tile). The weights are arguments, not constants: one compile serves every layer of that shape.
 
 #include "async_copy.cuh"
 #include "mma.cuh"
@@ -39,6 +40,9 @@
 #ifndef CF_SPLIT
 #define CF_SPLIT 3
 #endif
+#ifndef CF_KORDER
+#define CF_KORDER 0
+#endif
 
 namespace {
 
@@ -48,6 +52,12 @@ constexpr long long IMG = (long long)C * HW;
 constexpr int BM = CF_BM, BN = CF_BN, BK = CF_BK, WM = CF_WM, WN = CF_WN, STAGES = CF_STAGES, SPLIT = CF_SPLIT;
 constexpr bool EPI = CF_EPI;
 constexpr bool FLUSH = CF_FLUSH;                        // 3xTF32: each k step's products summed apart, then added
+// KORDER 0: k = (c, p, q), c outermost (the weight tensor's own order): each gathered element's (c, p, q) takes
+// two divisions by constants. KORDER 1: k = (p, q, c), channels innermost, C a multiple of BK (the host packs
+// the weights in that order): a k tile is BK consecutive channels at one tap (p, q), so the tile's source is
+// one block-uniform offset (c0*HW + p*W + q) and row r adds the constant r*HW: no per-element index arithmetic.
+constexpr bool KORDER = CF_KORDER;
+constexpr int CBLKS = C / BK;                           // KORDER 1: k tiles per tap
 constexpr int WARPS_M = BM / WM, WARPS_N = BN / WN, NT = 32 * WARPS_M * WARPS_N;
 constexpr int MI = WM / 16, NI = WN / 8;                // mma tiles per warp
 constexpr int KT = (KR + BK - 1) / BK;                  // k tiles
@@ -68,6 +78,7 @@ static_assert(BM * BK / 4 % NT == 0, "A loader: whole 16-byte copies per thread"
 static_assert(STAGES >= 2, "at least two stages");
 static_assert(!CF_EPI || BM * CP <= STAGES * STAGE_FLOATS, "the staged epilogue reuses the ring");
 static_assert(SPLIT == 1 || SPLIT == 3, "CF_SPLIT is 1 or 3");
+static_assert(!KORDER || C % BK == 0, "CF_KORDER 1: C a multiple of BK");
 
 // v = big + small (TF32 bit patterns); an infinite or NaN v gets a zero small part (Inf - Inf would be NaN).
 // (The weights' split, on the host, truncates big so that small has big's sign: an Inf input then meets
@@ -86,8 +97,11 @@ __device__ __forceinline__ void split_tf32(float v, unsigned& big, unsigned& sma
 
 extern "C" __global__ void __launch_bounds__(NT, CF_MINB)
 conv_igemm(float* __restrict__ y, const float* __restrict__ x, const float* __restrict__ a_big,
-           const float* __restrict__ a_small, const float* __restrict__ bias, int B)
+           const float* __restrict__ a_small, const float* __restrict__ bias, int B, int kts)
 {
+    // split-K: block row blockIdx.y reduces k tiles [blockIdx.y * kts, + kts) and writes its partial output to
+    // slice blockIdx.y of y (the host's workspace, gridDim.y slices of B*M*P; bias null); conv_igemm_reduce
+    // sums the slices. One split: kts = KT, y the output.
     extern __shared__ float4 smem4[];
     float* const smem = reinterpret_cast<float*>(smem4);
     require_dynamic_smem(SMEM_BYTES);
@@ -99,6 +113,7 @@ conv_igemm(float* __restrict__ y, const float* __restrict__ x, const float* __re
     const int mtile = blockIdx.x % MTILES;                 // maps fastest: blocks sharing an input tile run together
     const int m0 = mtile * BM;
     const int n0 = (blockIdx.x / MTILES) * BN;
+    const int kb = blockIdx.y * kts, nk = min(KT - kb, kts);   // this block's k tiles: kb .. kb + nk - 1
 
     // the B loader: this thread's column n and its first k row
     const int bcol = tid % BN, brow = tid / BN;
@@ -109,6 +124,7 @@ conv_igemm(float* __restrict__ y, const float* __restrict__ x, const float* __re
         const int b = n_mine / P, p = n_mine - b * P, ho = p / WO, wo = p - ho * WO;
         xcol = x + b * IMG + ho * W + wo;
     }
+    if constexpr (KORDER) xcol += brow * HW;             // this thread's first channel row of every k tile
 
     auto load_stage = [&](int stage, int kt) {
         float* const as = smem + stage * STAGE_FLOATS;
@@ -120,12 +136,31 @@ conv_igemm(float* __restrict__ y, const float* __restrict__ x, const float* __re
             copy_async16(as + off, a_big + src);
             if constexpr (SPLIT == 3) copy_async16(as + A_FLOATS + off, a_small + src);
         }
+        if constexpr (KORDER) {
+            const int tap = kt / CBLKS, c0 = (kt - tap * CBLKS) * BK, p = tap / KW, q = tap - p * KW;
+            const int off = c0 * HW + p * W + q;                        // block-uniform offset
+            // Two spellings of the same addresses. 3xTF32 (128 registers at two blocks an SM): the 32-bit
+            // offset per element, so nvcc does not hoist eight 64-bit row pointers out of the k loop (it did,
+            // and spilled 32 bytes with 6 local loads a k tile; this way 8 bytes and 2). TF32 has registers to
+            // spare: the pointer form, 295 instructions a k tile against 312 (nvcc 13.0, sm_90, 128 x 64 tile).
+            if constexpr (SPLIT == 3) {
 #pragma unroll
-        for (int i = 0; i < B_PER_THREAD; ++i) {
-            const int r = brow + i * B_ROWS, k = kt * BK + r;
-            const bool ok = n_ok && k < KR;
-            const int c = k / KHW, rem = k - c * KHW, p = rem / KW, q = rem - p * KW;
-            copy_async4(bs + r * BP + bcol, ok ? xcol + (c * HW + p * W + q) : x, ok);
+                for (int i = 0; i < B_PER_THREAD; ++i)
+                    copy_async4(bs + (brow + i * B_ROWS) * BP + bcol, n_ok ? xcol + (off + i * B_ROWS * HW) : x, n_ok);
+            } else {
+                const float* const src = xcol + off;
+#pragma unroll
+                for (int i = 0; i < B_PER_THREAD; ++i)
+                    copy_async4(bs + (brow + i * B_ROWS) * BP + bcol, n_ok ? src + i * B_ROWS * HW : x, n_ok);
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < B_PER_THREAD; ++i) {
+                const int r = brow + i * B_ROWS, k = kt * BK + r;
+                const bool ok = n_ok && k < KR;
+                const int c = k / KHW, rem = k - c * KHW, p = rem / KW, q = rem - p * KW;
+                copy_async4(bs + r * BP + bcol, ok ? xcol + (c * HW + p * W + q) : x, ok);
+            }
         }
     };
 
@@ -139,16 +174,16 @@ conv_igemm(float* __restrict__ y, const float* __restrict__ x, const float* __re
 
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
-        if (s < KT) load_stage(s, s);
+        if (s < nk) load_stage(s, kb + s);
         copy_commit();
     }
 
-    for (int kt = 0; kt < KT; ++kt) {
+    for (int kt = 0; kt < nk; ++kt) {
         copy_wait<STAGES - 2>();    // this thread's copies of stage kt have landed
         __syncthreads();            // everyone's have; and everyone is done with stage kt-1, reloaded next
         {
             const int next = kt + STAGES - 1;
-            if (next < KT) load_stage(next % STAGES, next);
+            if (next < nk) load_stage(next % STAGES, kb + next);
             copy_commit();
         }
         const float* const as = smem + (kt % STAGES) * STAGE_FLOATS;
@@ -203,6 +238,7 @@ conv_igemm(float* __restrict__ y, const float* __restrict__ x, const float* __re
         }
     }
     copy_wait<0>();                 // no copy may still be in flight when the block exits
+    y += (long long)blockIdx.y * B * M * P;                    // split-K: this split's workspace slice
 
     // epilogue: c0 (g, 2t) c1 (g, 2t+1) c2 (g+8, 2t) c3 (g+8, 2t+1) -> y[b][m][p], n = b*P + p
     if constexpr (EPI) {
@@ -246,5 +282,18 @@ conv_igemm(float* __restrict__ y, const float* __restrict__ x, const float* __re
                 }
             }
         }
+    }
+}
+
+// split-K's second pass: y[i] = sum over the splits of ws[s][i], in split order (deterministic), + bias[m];
+// i = (b*M + m)*P + p over the whole output (total = B*M*P elements).
+extern "C" __global__ void conv_igemm_reduce(float* __restrict__ y, const float* __restrict__ ws,
+                                             const float* __restrict__ bias, unsigned long long total, int splits)
+{
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (long long)total;
+         i += (long long)gridDim.x * blockDim.x) {
+        float v = ws[i];
+        for (int z = 1; z < splits; ++z) v += ws[(long long)z * total + i];
+        y[i] = v + (bias ? __ldg(bias + (i / P) % M) : 0.0f);
     }
 }
