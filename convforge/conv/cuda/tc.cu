@@ -17,6 +17,10 @@
 // 10 mantissa bits (weights rounded to nearest on staging; inputs too with CF_TF32_ROUND=1, else the
 // hardware truncates them),
 // FP16 11; products are exact and accumulate in fp32.
+// Non-finite inputs: a padded k re-reads the window's first element with a zero weight (Inf * 0 = NaN there,
+// where torch gives +-Inf), and FP16 turns |v| > 65504 into infinity; any such input makes every map of the
+// positions that read it non-finite. Each lane tests map tile 0 of its positions after the k loop and stores a
+// flagged position's outputs again from mma.cuh's exact fp32 path after the epilogue.
 // Constants: CF_M CF_C CF_H CF_W CF_K, CF_PREC (0 tf32, 1 fp16), CF_RM, CF_NT, CF_XSMEM, CF_BSMEM,
 // CF_TF32_ROUND, CF_STREAM_STORES (evict-first output stores).
 
@@ -69,7 +73,7 @@ __device__ __forceinline__ float at(const float* base, int off)
 
 extern "C" __global__ void __launch_bounds__(CF_NT)
 conv_tc(float* __restrict__ y, const float* __restrict__ x, const unsigned* __restrict__ bfrag,
-        const float* __restrict__ bias, int B)
+        const float* __restrict__ w, const float* __restrict__ bias, int B)
 {
     extern __shared__ float4 smem4[];
     float* const xs = reinterpret_cast<float*>(smem4);
@@ -162,6 +166,12 @@ conv_tc(float* __restrict__ y, const float* __restrict__ x, const unsigned* __re
                 }
             }
 
+            // positions that read a non-finite input (bit 2i: row g of tile i, bit 2i + 1: row g + 8)
+            unsigned flagged = 0;
+#pragma unroll
+            for (int i = 0; i < RM; ++i)
+                flagged |= (finite_value(acc[i][0][0]) ? 0u : 1u << 2 * i) | (finite_value(acc[i][0][2]) ? 0u : 2u << 2 * i);
+
             // epilogue: c0 (g, 2t) c1 (g, 2t+1) c2 (g+8, 2t) c3 (g+8, 2t+1), + bias
 #pragma unroll
             for (int i = 0; i < RM; ++i) {
@@ -178,6 +188,19 @@ conv_tc(float* __restrict__ y, const float* __restrict__ x, const unsigned* __re
                             if (p1 < P) store_out(ym + p1, acc[i][n][2 + e] + bm);
                         }
                     }
+                }
+            }
+            if (flagged) {   // those positions again, exact (this lane's maps n * 8 + 2t + e)
+#pragma unroll 1
+                for (int bit = 0; bit < 2 * RM; ++bit) {
+                    const int p = (tile * RM + (bit >> 1)) * 16 + gid + 8 * (bit & 1);
+                    if (!(flagged >> bit & 1) || p >= P) continue;
+#pragma unroll 1
+                    for (int m0 = 2 * tig; m0 < M; m0 += 8)
+#pragma unroll 1
+                        for (int m = m0; m < m0 + 2 && m < M; ++m)
+                            store_out(y + (b * M + m) * (long long)P + p,
+                                      exact_output<C, H, W, K>(x, w, bias, b, m, p / WO, p % WO));
                 }
             }
         }

@@ -20,7 +20,9 @@
 // last pair of a row may read up to column 2 * NPR + 5, past W; its B taps are zero there, so the values
 // must be finite); TF32 inputs are rounded to nearest in place once (CF_TF32_ROUND), weights as each lane
 // builds its B fragments. Positions past the unit's end read position 0 and are not stored.
-// Finite inputs only, as in the rows kernel: a non-finite input spoils both columns of the pairs that read it.
+// Non-finite inputs, as in the rows kernel: a non-finite input (FP16: or one beyond +-65504) spoils every map
+// and both columns of the pairs whose 8-column runs read it; each lane tests map tile 0 of its two positions
+// per tile and stores a flagged pair's outputs again from mma.cuh's exact fp32 path after the epilogue.
 // Constants: CF_M CF_C CF_H CF_W CF_K, CF_PREC (0 tf32, 1 fp16), CF_IB (images per unit), CF_NT (threads),
 // CF_RT (16-position tiles per warp step), CF_TF32_ROUND, CF_STREAM_STORES.
 
@@ -178,6 +180,12 @@ conv_tc_pairs(float* __restrict__ y, const float* __restrict__ x, const float* _
                             if (tile0 + r < tiles) mma<CF_PREC>(acc[r][j], a[r], bw[j][c][s][0], bw[j][c][s][1]);
                 }
 
+            // positions that read a non-finite input (bit 2r + h: position g + 8h of tile r)
+            unsigned flagged = 0;
+#pragma unroll
+            for (int r = 0; r < RT; ++r)
+                flagged |= (finite_value(acc[r][0][0]) ? 0u : 1u << 2 * r) | (finite_value(acc[r][0][2]) ? 0u : 2u << 2 * r);
+
             // epilogue (+ bias): c0 c1 = map 4j + t, the pair (o, 2jj), (o, 2jj + 1) of position g; c2 c3 of g + 8
 #pragma unroll
             for (int j = 0; j < NTL; ++j) {
@@ -199,6 +207,20 @@ conv_tc_pairs(float* __restrict__ y, const float* __restrict__ x, const float* _
                             if (col + 1 < WO) store_out(yp + 1, v1);
                         }
                     }
+            }
+            if (flagged) {   // those pairs again, exact (this lane's maps 4j + t, both columns)
+#pragma unroll 1
+                for (int bit = 0; bit < 2 * RT; ++bit) {
+                    const int pos = (tile0 + (bit >> 1)) * 16 + g + 8 * (bit & 1);
+                    if (!(flagged >> bit & 1) || pos >= npos) continue;
+                    const int im = pos / POS, rem = pos - im * POS, oo = rem / NPR, col = 2 * (rem - oo * NPR);
+#pragma unroll 1
+                    for (int map = t; map < M; map += 4)
+#pragma unroll 1
+                        for (int e = 0; e < 2 && col + e < WO; ++e)
+                            store_out(y + (((long long)(b0 + im) * M + map) * HO + oo) * WO + col + e,
+                                      exact_output<C, H, W, K>(x, w, bias, b0 + im, map, oo, col + e));
+                }
             }
         }
         __syncthreads();                                       // every warp is done with xs before it refills

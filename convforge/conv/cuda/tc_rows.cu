@@ -21,10 +21,13 @@
 // shared memory and so fewer resident blocks). TF32 inputs are then rounded to nearest in place, each thread
 // rounding the elements it copied (CF_TF32_ROUND); weights are rounded on the host.
 // FP16 converts each A pair with one cvt.rn.f16x2 after an 8-byte shared load. Accumulation is fp32.
-// Finite inputs only: the zero taps of each banded B multiply all 16 columns an mma reads, so a non-finite
-// input (or, in FP16, one beyond +-65504, which converts to infinity) turns the whole 8-column tiles that
-// read it into NaN, where a convolution would spoil only the K columns whose window holds it. The course's
-// inputs are pixels (0..255); the reduced-precision paths declare this range.
+// Non-finite inputs: the zero taps of each banded B multiply all 16 columns an mma reads, so a non-finite
+// input (or, in FP16, one beyond +-65504, which converts to infinity) turns the 16-row x 8-column tiles that
+// read it non-finite in every map, where a convolution spoils only the K columns whose window holds it. After
+// the k loop each lane tests the first map's accumulator of its rows r0, r1 in each column tile (2 * NC
+// compares); after the epilogue, a lane with a flagged row stores that row's outputs again (its columns, every
+// map of the group) from mma.cuh's exact fp32 path, so NaN and +-Inf land where torch's fp32 convolution puts
+// them and every other output keeps its tensor-core value.
 // Fragment layouts (PTX ISA, g = lane / 4, t = lane % 4) as in tc.cu. Epilogue (+ bias), CF_EPI 0: 8-byte
 // stores straight from the fragments (each group of 4 lanes writes one 32-byte run of a row, so a warp's
 // store touches 8 rows, one sector each); CF_EPI 1: each map's 16 x NC*8 tile goes through a per-warp
@@ -113,10 +116,11 @@ __device__ __forceinline__ void round_staged(float* dst, int nimg, int lane, int
 }  // namespace
 
 // y (B, M, HO, WO) fp32; x (B, C, H, W) fp32; wpad [MG*MT][C][K][WROW] words (TF32: tf32-rounded floats,
-// tap q at 7 + q; FP16: half pairs (w[j], w[j+1]) of the same padded row); bias (M) or null.
+// tap q at 7 + q; FP16: half pairs (w[j], w[j+1]) of the same padded row); w (M, C, K, K) fp32 (the exact
+// path's); bias (M) or null.
 extern "C" __global__ void __launch_bounds__(CF_NT)
 conv_tc_rows(float* __restrict__ y, const float* __restrict__ x, const unsigned* __restrict__ wpad,
-             const float* __restrict__ bias, int B)
+             const float* __restrict__ w, const float* __restrict__ bias, int B)
 {
     extern __shared__ float4 smem4[];
     float* const xs = reinterpret_cast<float*>(smem4);
@@ -234,6 +238,12 @@ conv_tc_rows(float* __restrict__ y, const float* __restrict__ x, const unsigned*
                 }
             }
 
+            // rows that read a non-finite input (bit 2n: row r0 of column tile n, bit 2n + 1: row r1)
+            unsigned flagged = 0;
+#pragma unroll
+            for (int n = 0; n < NC; ++n)
+                flagged |= (finite_value(acc[0][n][0]) ? 0u : 1u << 2 * n) | (finite_value(acc[0][n][2]) ? 0u : 2u << 2 * n);
+
             // epilogue (+ bias), one map at a time
 #if CF_EPI
             float* const es = reinterpret_cast<float*>(ws + WS_WORDS) + warp * (16 * EPITCH);
@@ -296,6 +306,20 @@ conv_tc_rows(float* __restrict__ y, const float* __restrict__ x, const unsigned*
                     }
                 }
 #endif
+            }
+            if (flagged) {   // those rows again, exact (after the epilogue's stores to the same addresses)
+#pragma unroll 1
+                for (int bit = 0; bit < 2 * NC; ++bit) {
+                    const int r = bit & 1 ? r1 : r0;
+                    if (!(flagged >> bit & 1) || r >= rows) continue;
+                    const int img = bit & 1 ? i1 : i0, o = bit & 1 ? o1 : o0, col = col0 + (bit >> 1) * 8 + 2 * t;
+#pragma unroll 1
+                    for (int map = mg * MT; map < mg * MT + MT && map < M; ++map)
+#pragma unroll 1
+                        for (int e = 0; e < 2 && col + e < WO; ++e)
+                            store_out(y + (((long long)(b0 + img) * M + map) * HO + o) * WO + col + e,
+                                      exact_output<C, H, W, K>(x, w, bias, b0 + img, map, o, col + e));
+                }
             }
         }
         __syncthreads();                                       // every warp is done with xcur before it refills
