@@ -596,3 +596,20 @@ def test_emulated_tc_nonfinite_inputs_as_torch(emulation, precision, case):
     if config:
         assert {"gather": cuda_tc.TcGeometry, "rows": cuda_tc.RowsGeometry,
                 "pairs": cuda_tc.PairsGeometry}[config["kernel"]] is type(fn.layer_for(shape[3], shape[4]).geom)
+
+
+@needs_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ("tf32", "fp16"))
+@pytest.mark.parametrize("case", TC_NONFINITE_PRESETS + TC_NONFINITE_ODD +
+                         (((1500, 16, 1, 22, 22, 5), {"kernel": "rows"}), ((1500, 16, 1, 22, 22, 5), {"kernel": "pairs"}),
+                          ((1500, 16, 6, 22, 22, 5), {"kernel": "gather"})),
+                         ids=lambda c: "B%d-M%d-C%d-H%d-W%d-K%d" % c[0] + "-" + str((c[1] or {}).get("kernel", "tuned")))
+def test_gpu_tc_nonfinite_inputs_as_torch(precision, case):
+    """The emulated test's cases on the GPU (the real mma.sync and its NaN/Inf handling), and 1500 images: persistent
+    blocks over many units, of which only some hold a non-finite value."""
+    from convforge.conv import cuda_tc
+    shape, config = case
+    _check_nonfinite(lambda w, b: cuda_tc.prepare(w, b, precision=precision, config=config), shape,
+                     zlib.crc32(repr(case).encode()), "cuda", f"tc {precision} {shape} {config}",
+                     fp16_overflow=precision == "fp16")

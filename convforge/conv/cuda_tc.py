@@ -379,7 +379,7 @@ class TcLayer:
     """One layer's tensor-core kernel for one input size: the gather (tc.cu), rows (tc_rows.cu) or pairs
     (tc_pairs.cu) kernel; each takes (y, x, packed weights, fp32 weights, bias, B) (pairs: no packed ones) and
     loops over images (rows and pairs: units of ib images). Outputs that a non-finite input reached are
-    recomputed in exact fp32 inside the kernel (mma.cuh), so NaN and +-Inf land where torch puts them."""
+    recomputed in exact fp32 inside the kernel (cuda/nonfinite.cuh), so NaN and +-Inf land where torch puts them."""
 
     def __init__(self, weight, bias, H: int, W: int, precision: str, config: dict):
         """``config``: the launch config with its "kernel" key (``layer`` fills in the default)."""

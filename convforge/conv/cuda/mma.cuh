@@ -1,7 +1,6 @@
 // Warp-level tensor-core helpers shared by the tensor-core kernels (tc.cu, tc_rows.cu, tc_pairs.cu): fp32 ->
 // TF32 bits, two floats -> one half2 word, one mma.sync (m16n8k8 TF32 or m16n8k16 FP16, fp32 accumulate) in
-// the PTX ISA's fragment layouts, an in-place TF32 rounding of staged rows, and the exact fp32 path for outputs
-// that a non-finite input reached. The host emulation
+// the PTX ISA's fragment layouts, and an in-place TF32 rounding of staged rows. The host emulation
 // (host_emulation.h) gives each the same semantics on a CPU.
 // Included textually by cuda_common.load_source; nvcc finds it beside the kernel.
 
@@ -69,38 +68,6 @@ __device__ __forceinline__ void round_rows_tf32(float* dst, int rows, int lane, 
             float* const v = dst + row * PITCH + col;
             *v = __uint_as_float(tf32_bits<true>(*v));
         }
-}
-
-// Non-finite inputs. A tensor-core product reads more inputs than the convolution's window (the rows and pairs
-// kernels' banded B has zero taps; the gather kernel's padded k re-reads the window's first element with a zero
-// weight; FP16 turns |v| > 65504 into infinity), and Inf * 0 = NaN, so one non-finite input makes every
-// output of the mma rows that read it NaN or +-Inf. Those rows, and only those, have a non-finite value in
-// every column (with finite weights): each kernel tests one accumulator per row after its k loop (finite data: a compare
-// per 16-row tile row, nothing else) and recomputes the outputs of a flagged row with exact_output. Every
-// other output is the tensor cores' value; the recomputed ones are torch's fp32 semantics (NaN, +-Inf).
-
-// |v| < Inf: false for +-Inf and NaN (one compare)
-__device__ __forceinline__ bool finite_value(float v)
-{
-    return fabsf(v) < __uint_as_float(0x7f800000u);
-}
-
-// Output (b, map, o, col) of the C-channel K x K convolution in plain fp32: an FMA loop over x (B, C, H, W) and
-// w (M, C, K, K) in global memory, + bias. Only for the rare flagged rows, so kept compact (rolled loops).
-template <int C, int H, int W, int K>
-__device__ __forceinline__ float exact_output(const float* __restrict__ x, const float* __restrict__ w,
-                                              const float* __restrict__ bias, long long b, int map, int o, int col)
-{
-    const float* const xp = x + (b * C * H + o) * W + col;
-    const float* const wp = w + (long long)map * (C * K * K);
-    float acc = 0.0f;
-#pragma unroll 1
-    for (int c = 0; c < C; ++c)
-#pragma unroll 1
-        for (int p = 0; p < K; ++p)
-#pragma unroll 1
-            for (int q = 0; q < K; ++q) acc = fmaf(__ldg(xp + (c * H + p) * W + q), __ldg(wp + (c * K + p) * K + q), acc);
-    return bias != nullptr ? acc + __ldg(bias + map) : acc;
 }
 
 }  // namespace

@@ -19,14 +19,15 @@
 // FP16 11; products are exact and accumulate in fp32.
 // Non-finite inputs: a padded k re-reads the window's first element with a zero weight (Inf * 0 = NaN there,
 // where torch gives +-Inf), and FP16 turns |v| > 65504 into infinity; any such input makes every map of the
-// positions that read it non-finite. Each lane tests map tile 0 of its positions after the k loop and stores a
-// flagged position's outputs again from mma.cuh's exact fp32 path after the epilogue.
+// positions that read it non-finite. Each lane tests map tile 0 of its positions after the k loop; a block that
+// saw one replaces its non-finite outputs by exact fp32 values after its last image (nonfinite.cuh).
 // Constants: CF_M CF_C CF_H CF_W CF_K, CF_PREC (0 tf32, 1 fp16), CF_RM, CF_NT, CF_XSMEM, CF_BSMEM,
 // CF_TF32_ROUND, CF_STREAM_STORES (evict-first output stores).
 
 #include "async_copy.cuh"
 #include "mma.cuh"
 #include "stores.cuh"
+#include "nonfinite.cuh"
 
 #ifndef CF_PREC
 #define CF_PREC 0
@@ -96,6 +97,7 @@ conv_tc(float* __restrict__ y, const float* __restrict__ x, const unsigned* __re
     }
     __syncthreads();
 
+    bool seen = false;                                         // a non-finite accumulator (nonfinite.cuh)
     for (long long b = blockIdx.x; b < B; b += gridDim.x) {
         const float* const xb = x + b * (long long)IMG;
         if constexpr (CF_XSMEM) {
@@ -166,11 +168,9 @@ conv_tc(float* __restrict__ y, const float* __restrict__ x, const unsigned* __re
                 }
             }
 
-            // positions that read a non-finite input (bit 2i: row g of tile i, bit 2i + 1: row g + 8)
-            unsigned flagged = 0;
+            // a non-finite input read by one of this lane's rows (nonfinite.cuh)
 #pragma unroll
-            for (int i = 0; i < RM; ++i)
-                flagged |= (finite_value(acc[i][0][0]) ? 0u : 1u << 2 * i) | (finite_value(acc[i][0][2]) ? 0u : 2u << 2 * i);
+            for (int i = 0; i < RM; ++i) seen |= !finite_value(acc[i][0][0]) | !finite_value(acc[i][0][2]);
 
             // epilogue: c0 (g, 2t) c1 (g, 2t+1) c2 (g+8, 2t) c3 (g+8, 2t+1), + bias
 #pragma unroll
@@ -190,19 +190,7 @@ conv_tc(float* __restrict__ y, const float* __restrict__ x, const unsigned* __re
                     }
                 }
             }
-            if (flagged) {   // those positions again, exact (this lane's maps n * 8 + 2t + e)
-#pragma unroll 1
-                for (int bit = 0; bit < 2 * RM; ++bit) {
-                    const int p = (tile * RM + (bit >> 1)) * 16 + gid + 8 * (bit & 1);
-                    if (!(flagged >> bit & 1) || p >= P) continue;
-#pragma unroll 1
-                    for (int m0 = 2 * tig; m0 < M; m0 += 8)
-#pragma unroll 1
-                        for (int m = m0; m < m0 + 2 && m < M; ++m)
-                            store_out(y + (b * M + m) * (long long)P + p,
-                                      exact_output<C, H, W, K>(x, w, bias, b, m, p / WO, p % WO));
-                }
-            }
         }
     }
+    redo_nonfinite_outputs<C, H, W, K, M, NT, 1>(seen, y, x, w, bias, B);
 }

@@ -22,13 +22,14 @@
 // builds its B fragments. Positions past the unit's end read position 0 and are not stored.
 // Non-finite inputs, as in the rows kernel: a non-finite input (FP16: or one beyond +-65504) spoils every map
 // and both columns of the pairs whose 8-column runs read it; each lane tests map tile 0 of its two positions
-// per tile and stores a flagged pair's outputs again from mma.cuh's exact fp32 path after the epilogue.
+// per tile, and a block that saw one replaces its non-finite outputs by exact fp32 values at the end.
 // Constants: CF_M CF_C CF_H CF_W CF_K, CF_PREC (0 tf32, 1 fp16), CF_IB (images per unit), CF_NT (threads),
 // CF_RT (16-position tiles per warp step), CF_TF32_ROUND, CF_STREAM_STORES.
 
 #include "async_copy.cuh"
 #include "mma.cuh"
 #include "stores.cuh"
+#include "nonfinite.cuh"
 
 #ifndef CF_PREC
 #define CF_PREC 0
@@ -108,6 +109,7 @@ conv_tc_pairs(float* __restrict__ y, const float* __restrict__ x, const float* _
     for (int i = tid; i < XS_FLOATS; i += NT) xs[i] = 0.0f;    // the padding columns stay zero
     __syncthreads();                                           // zeros before any copy lands
 
+    bool seen = false;                                         // a non-finite accumulator (nonfinite.cuh)
     const int units = (B + IB - 1) / IB;
     for (int u = blockIdx.x; u < units; u += gridDim.x) {
         const int b0 = u * IB, nimg = B - b0 < IB ? B - b0 : IB;
@@ -180,11 +182,9 @@ conv_tc_pairs(float* __restrict__ y, const float* __restrict__ x, const float* _
                             if (tile0 + r < tiles) mma<CF_PREC>(acc[r][j], a[r], bw[j][c][s][0], bw[j][c][s][1]);
                 }
 
-            // positions that read a non-finite input (bit 2r + h: position g + 8h of tile r)
-            unsigned flagged = 0;
+            // a non-finite input read by one of this lane's positions (nonfinite.cuh)
 #pragma unroll
-            for (int r = 0; r < RT; ++r)
-                flagged |= (finite_value(acc[r][0][0]) ? 0u : 1u << 2 * r) | (finite_value(acc[r][0][2]) ? 0u : 2u << 2 * r);
+            for (int r = 0; r < RT; ++r) seen |= !finite_value(acc[r][0][0]) | !finite_value(acc[r][0][2]);
 
             // epilogue (+ bias): c0 c1 = map 4j + t, the pair (o, 2jj), (o, 2jj + 1) of position g; c2 c3 of g + 8
 #pragma unroll
@@ -208,21 +208,8 @@ conv_tc_pairs(float* __restrict__ y, const float* __restrict__ x, const float* _
                         }
                     }
             }
-            if (flagged) {   // those pairs again, exact (this lane's maps 4j + t, both columns)
-#pragma unroll 1
-                for (int bit = 0; bit < 2 * RT; ++bit) {
-                    const int pos = (tile0 + (bit >> 1)) * 16 + g + 8 * (bit & 1);
-                    if (!(flagged >> bit & 1) || pos >= npos) continue;
-                    const int im = pos / POS, rem = pos - im * POS, oo = rem / NPR, col = 2 * (rem - oo * NPR);
-#pragma unroll 1
-                    for (int map = t; map < M; map += 4)
-#pragma unroll 1
-                        for (int e = 0; e < 2 && col + e < WO; ++e)
-                            store_out(y + (((long long)(b0 + im) * M + map) * HO + oo) * WO + col + e,
-                                      exact_output<C, H, W, K>(x, w, bias, b0 + im, map, oo, col + e));
-                }
-            }
         }
         __syncthreads();                                       // every warp is done with xs before it refills
     }
+    redo_nonfinite_outputs<C, H, W, K, M, NT, IB>(seen, y, x, w, bias, B);
 }

@@ -25,9 +25,9 @@
 // input (or, in FP16, one beyond +-65504, which converts to infinity) turns the 16-row x 8-column tiles that
 // read it non-finite in every map, where a convolution spoils only the K columns whose window holds it. After
 // the k loop each lane tests the first map's accumulator of its rows r0, r1 in each column tile (2 * NC
-// compares); after the epilogue, a lane with a flagged row stores that row's outputs again (its columns, every
-// map of the group) from mma.cuh's exact fp32 path, so NaN and +-Inf land where torch's fp32 convolution puts
-// them and every other output keeps its tensor-core value.
+// compares); a block that saw a non-finite one replaces its non-finite outputs by exact fp32 values after its
+// last unit (nonfinite.cuh), so NaN and +-Inf land where torch's fp32 convolution puts them and every other
+// output keeps its tensor-core value.
 // Fragment layouts (PTX ISA, g = lane / 4, t = lane % 4) as in tc.cu. Epilogue (+ bias), CF_EPI 0: 8-byte
 // stores straight from the fragments (each group of 4 lanes writes one 32-byte run of a row, so a warp's
 // store touches 8 rows, one sector each); CF_EPI 1: each map's 16 x NC*8 tile goes through a per-warp
@@ -44,6 +44,7 @@
 #include "async_copy.cuh"
 #include "mma.cuh"
 #include "stores.cuh"
+#include "nonfinite.cuh"
 
 #ifndef CF_PREC
 #define CF_PREC 0
@@ -143,6 +144,7 @@ conv_tc_rows(float* __restrict__ y, const float* __restrict__ x, const unsigned*
         copy_commit();
     }
     int buf = 0;
+    bool seen = false;                                         // a non-finite accumulator (nonfinite.cuh)
     for (int u = blockIdx.x; u < units; u += gridDim.x) {
         const int b0 = u * IB, nimg = images(u);
         float* const xcur = xs + buf * XS_ONE;
@@ -238,11 +240,11 @@ conv_tc_rows(float* __restrict__ y, const float* __restrict__ x, const unsigned*
                 }
             }
 
-            // rows that read a non-finite input (bit 2n: row r0 of column tile n, bit 2n + 1: row r1)
-            unsigned flagged = 0;
+            // a non-finite input read by one of this lane's rows (nonfinite.cuh), in the column tiles that are
+            // stored (testing the others would keep their mmas, which the compiler drops as dead)
 #pragma unroll
             for (int n = 0; n < NC; ++n)
-                flagged |= (finite_value(acc[0][n][0]) ? 0u : 1u << 2 * n) | (finite_value(acc[0][n][2]) ? 0u : 2u << 2 * n);
+                if (col0 + n * 8 < WO) seen |= !finite_value(acc[0][n][0]) | !finite_value(acc[0][n][2]);
 
             // epilogue (+ bias), one map at a time
 #if CF_EPI
@@ -307,22 +309,9 @@ conv_tc_rows(float* __restrict__ y, const float* __restrict__ x, const unsigned*
                 }
 #endif
             }
-            if (flagged) {   // those rows again, exact (after the epilogue's stores to the same addresses)
-#pragma unroll 1
-                for (int bit = 0; bit < 2 * NC; ++bit) {
-                    const int r = bit & 1 ? r1 : r0;
-                    if (!(flagged >> bit & 1) || r >= rows) continue;
-                    const int img = bit & 1 ? i1 : i0, o = bit & 1 ? o1 : o0, col = col0 + (bit >> 1) * 8 + 2 * t;
-#pragma unroll 1
-                    for (int map = mg * MT; map < mg * MT + MT && map < M; ++map)
-#pragma unroll 1
-                        for (int e = 0; e < 2 && col + e < WO; ++e)
-                            store_out(y + (((long long)(b0 + img) * M + map) * HO + o) * WO + col + e,
-                                      exact_output<C, H, W, K>(x, w, bias, b0 + img, map, o, col + e));
-                }
-            }
         }
         __syncthreads();                                       // every warp is done with xcur before it refills
         if constexpr (PIPE == 2) buf ^= 1;
     }
+    redo_nonfinite_outputs<C, H, W, K, M, NT, IB>(seen, y, x, w, bias, B);
 }
