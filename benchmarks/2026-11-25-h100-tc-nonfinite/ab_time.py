@@ -18,6 +18,9 @@ LAYERS = {"fa17 L1": (50, 1, 28, 28, 5), "fa18 L1": (12, 1, 72, 72, 7), "fa18 L2
           "fa19 L1": (12, 1, 70, 70, 5), "fa19 L2": (24, 12, 33, 33, 5)}
 
 
+_KEEP = []   # compiled modules stay referenced (and loaded) while their kernels are timed
+
+
 def build(w, b, precision, H, W, kernel_dir):
     new_dir = cc.KERNEL_DIR
     cc.KERNEL_DIR = Path(kernel_dir) if kernel_dir else new_dir
@@ -30,6 +33,7 @@ def build(w, b, precision, H, W, kernel_dir):
         layer.kernel  # compiled in __init__
     finally:
         cc.KERNEL_DIR = new_dir
+        _KEEP.extend(cc._modules.values())
         cc._modules.clear(); cc._kernels.clear()
     return fn, layer
 
