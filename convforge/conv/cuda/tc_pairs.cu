@@ -109,7 +109,7 @@ conv_tc_pairs(float* __restrict__ y, const float* __restrict__ x, const float* _
     for (int i = tid; i < XS_FLOATS; i += NT) xs[i] = 0.0f;    // the padding columns stay zero
     __syncthreads();                                           // zeros before any copy lands
 
-    bool seen = false;                                         // a non-finite accumulator (nonfinite.cuh)
+    float probe = 0.0f;                                        // NaN once an accumulator was not finite
     const int units = (B + IB - 1) / IB;
     for (int u = blockIdx.x; u < units; u += gridDim.x) {
         const int b0 = u * IB, nimg = B - b0 < IB ? B - b0 : IB;
@@ -184,7 +184,7 @@ conv_tc_pairs(float* __restrict__ y, const float* __restrict__ x, const float* _
 
             // a non-finite input read by one of this lane's positions (nonfinite.cuh)
 #pragma unroll
-            for (int r = 0; r < RT; ++r) seen |= !finite_value(acc[r][0][0]) | !finite_value(acc[r][0][2]);
+            for (int r = 0; r < RT; ++r) probe = nonfinite_probe(nonfinite_probe(probe, acc[r][0][0]), acc[r][0][2]);
 
             // epilogue (+ bias): c0 c1 = map 4j + t, the pair (o, 2jj), (o, 2jj + 1) of position g; c2 c3 of g + 8
 #pragma unroll
@@ -211,5 +211,5 @@ conv_tc_pairs(float* __restrict__ y, const float* __restrict__ x, const float* _
         }
         __syncthreads();                                       // every warp is done with xs before it refills
     }
-    redo_nonfinite_outputs<C, H, W, K, M, NT, IB>(seen, y, x, w, bias, B);
+    redo_nonfinite_outputs<C, H, W, K, M, NT, IB>(probe != 0.0f, y, x, w, bias, B);
 }

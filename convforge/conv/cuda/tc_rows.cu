@@ -144,7 +144,7 @@ conv_tc_rows(float* __restrict__ y, const float* __restrict__ x, const unsigned*
         copy_commit();
     }
     int buf = 0;
-    bool seen = false;                                         // a non-finite accumulator (nonfinite.cuh)
+    float probe = 0.0f;                                        // NaN once an accumulator was not finite
     for (int u = blockIdx.x; u < units; u += gridDim.x) {
         const int b0 = u * IB, nimg = images(u);
         float* const xcur = xs + buf * XS_ONE;
@@ -244,7 +244,7 @@ conv_tc_rows(float* __restrict__ y, const float* __restrict__ x, const unsigned*
             // stored (testing the others would keep their mmas, which the compiler drops as dead)
 #pragma unroll
             for (int n = 0; n < NC; ++n)
-                if (col0 + n * 8 < WO) seen |= !finite_value(acc[0][n][0]) | !finite_value(acc[0][n][2]);
+                if (col0 + n * 8 < WO) probe = nonfinite_probe(nonfinite_probe(probe, acc[0][n][0]), acc[0][n][2]);
 
             // epilogue (+ bias), one map at a time
 #if CF_EPI
@@ -313,5 +313,5 @@ conv_tc_rows(float* __restrict__ y, const float* __restrict__ x, const unsigned*
         __syncthreads();                                       // every warp is done with xcur before it refills
         if constexpr (PIPE == 2) buf ^= 1;
     }
-    redo_nonfinite_outputs<C, H, W, K, M, NT, IB>(seen, y, x, w, bias, B);
+    redo_nonfinite_outputs<C, H, W, K, M, NT, IB>(probe != 0.0f, y, x, w, bias, B);
 }
