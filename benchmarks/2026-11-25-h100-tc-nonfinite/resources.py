@@ -13,10 +13,13 @@ def build(src: Path, opts):
         done = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-Xptxas", "-v", *opts, "-o", d + "/k.cubin", str(src)],
                               capture_output=True, text=True, check=True)
         sass = subprocess.run(["cuobjdump", "-sass", d + "/k.cubin"], capture_output=True, text=True, check=True).stdout
-    regs = re.search(r"Used (\d+) registers", done.stderr).group(1)
-    spill = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores", done.stderr).groups()
+    # the kernel's own entry (tc.cu also has the non-inlined non-finite pass, reported as a function of its own)
+    entry = re.search(r"Function properties for conv_\w+\n\s+(\d+) bytes stack frame, (\d+) bytes spill stores.*\n"
+                      r".*?Used (\d+) registers", done.stderr)
+    spill, regs = entry.groups()[:2], entry.group(3)
     instr = re.findall(r"^\s+/\*[0-9a-f]{4}\*/\s+(?:@!?U?P[0-9T] )?([A-Z0-9_]+)", sass, re.M)
-    return f"{regs:>3} regs, stack/spill {spill[0]}/{spill[1]}, {len(instr):5d} instr, {instr.count('HMMA'):3d} HMMA"
+    return (f"{regs:>3} regs, stack/spill {spill[0]}/{spill[1]}, {len(instr):5d} instr, {instr.count('HMMA'):3d} HMMA, "
+            f"{instr.count('LDG'):2d} LDG, {instr.count('STS'):2d} STS")
 
 
 seen = {}

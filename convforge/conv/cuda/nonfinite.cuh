@@ -12,9 +12,16 @@
 //   block) walks the outputs of the units it computed and replaces every non-finite one by its exact fp32
 //   value (an FMA loop over x and w in global memory, + bias): NaN and +-Inf where fp32 arithmetic, and so
 //   torch's conv, puts them.
-// Finite data pay the compares and the vote; no extra pass, no host synchronisation. The pass sits outside the
-// main loop on purpose: nvcc 13.0 spilled inside the pairs kernel's mma loop with it inlined after each tile's
-// epilogue, and with a (non-inlined) call there too.
+// Finite data pay one FFMA per tested value and the vote; no extra pass, no host synchronisation. The pass sits
+// outside the main loop on purpose: nvcc 13.0 spilled inside the pairs kernel's mma loop with it inlined after
+// each tile's epilogue, and with a (non-inlined) call there too. Its FMA loop is one flat loop over C*K*K: the
+// triple loop moved ptxas's register allocation of the whole kernel (166 -> 128 registers and a spill).
+
+#if defined(__CUDA_ARCH__)
+#define CF_COLD __noinline__
+#else
+#define CF_COLD
+#endif
 
 namespace {
 
@@ -25,8 +32,9 @@ __device__ __forceinline__ bool finite_value(float v)
 }
 
 // probe + v * 0: the probe stays +-0 while every v is finite and is NaN from the first non-finite one on (Inf * 0
-// and NaN * 0 are NaN). One FFMA a value and no predicate to carry: cheaper in the hot loops than compares ORed
-// into a bool (which took a compare, a select and a byte permute per tile; 1.6 % on fa18 L1 TF32, H100).
+// and NaN * 0 are NaN). One FFMA a value and no predicate to carry, where compares ORed into a bool took a compare,
+// a select and a byte permute per tile (pairs kernel SASS; that version ran fa18 L1 TF32 1.6 % slower than main's
+// kernels on an H100; the probe's own cost was not measured on a GPU).
 __device__ __forceinline__ float nonfinite_probe(float probe, float v)
 {
     return fmaf(v, 0.0f, probe);
@@ -79,6 +87,14 @@ __device__ __forceinline__ void redo_nonfinite_outputs(bool seen, float* __restr
             store_out(yp, bias != nullptr ? acc + __ldg(bias + map) : acc);
         }
     }
+}
+
+// The same as a call (not inlined), for a kernel whose other loops the inlined pass disturbs (tc.cu).
+template <int C, int H, int W, int K, int M, int NT, int IB>
+__device__ CF_COLD void redo_nonfinite_outputs_call(bool seen, float* __restrict__ y, const float* __restrict__ x,
+                                                    const float* __restrict__ w, const float* __restrict__ bias, int B)
+{
+    redo_nonfinite_outputs<C, H, W, K, M, NT, IB>(seen, y, x, w, bias, B);
 }
 
 }  // namespace

@@ -104,9 +104,6 @@ conv_tc(float* __restrict__ y, const float* __restrict__ x, const unsigned* __re
             __syncthreads();                                   // the previous image is done with xs
             if constexpr (IMG % 4 == 0) {
                 const float4* src = reinterpret_cast<const float4*>(xb);   // 16-byte aligned: IMG % 4 == 0
-                // unrolled by 16 as nvcc 13.0 chose before this kernel had its non-finite pass, when it chose
-                // 4 (5.8 % slower on fa19 L2 FP16, H100): 16 loads in flight per thread
-#pragma unroll 16
                 for (int i = tid; i < IMG / 4; i += NT) smem4[i] = __ldg(src + i);
             } else {
                 for (int i = tid; i < IMG; i += NT) xs[i] = __ldg(xb + i);
@@ -195,5 +192,7 @@ conv_tc(float* __restrict__ y, const float* __restrict__ x, const unsigned* __re
             }
         }
     }
-    redo_nonfinite_outputs<C, H, W, K, M, NT, 1>(probe != 0.0f, y, x, w, bias, B);
+    // a call, not inlined: inlined, the pass made nvcc 13.0 unroll the image staging loop above by 4 instead of
+    // 16 (fa19 L2 FP16 5.8 % slower on an H100); forcing 16 spilled
+    redo_nonfinite_outputs_call<C, H, W, K, M, NT, 1>(probe != 0.0f, y, x, w, bias, B);
 }

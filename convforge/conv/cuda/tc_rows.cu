@@ -24,9 +24,9 @@
 // Non-finite inputs: the zero taps of each banded B multiply all 16 columns an mma reads, so a non-finite
 // input (or, in FP16, one beyond +-65504, which converts to infinity) turns the 16-row x 8-column tiles that
 // read it non-finite in every map, where a convolution spoils only the K columns whose window holds it. After
-// the k loop each lane tests the first map's accumulator of its rows r0, r1 in each column tile (2 * NC
-// compares); a block that saw a non-finite one replaces its non-finite outputs by exact fp32 values after its
-// last unit (nonfinite.cuh), so NaN and +-Inf land where torch's fp32 convolution puts them and every other
+// the k loop each lane folds the first map's accumulator of its rows r0, r1 in each stored column tile into a
+// probe (2 * NC FFMAs); a block whose probe turned NaN replaces its non-finite outputs by exact fp32 values after
+// its last unit (nonfinite.cuh), so NaN and +-Inf land where torch's fp32 convolution puts them and every other
 // output keeps its tensor-core value.
 // Fragment layouts (PTX ISA, g = lane / 4, t = lane % 4) as in tc.cu. Epilogue (+ bias), CF_EPI 0: 8-byte
 // stores straight from the fragments (each group of 4 lanes writes one 32-byte run of a row, so a warp's
