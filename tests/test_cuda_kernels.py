@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import math
 import zlib
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -511,3 +513,103 @@ def test_tc_rows_planning():
     for entry in tuning.entries("cuda-tc"):   # every tuned entry is a valid plan
         cuda_tc.plan_any(**entry["shape"], config=entry["config"])
 
+
+
+# -- non-finite inputs on the tensor-core kernels (issue #22) ------------------------------------------------
+# The rows and pairs kernels multiply by banded weight matrices (zero taps) and the gather kernel re-reads a
+# window's first element with a zero weight, so before the fix one NaN or Inf input turned whole 16 x 8 tiles
+# NaN (Inf * 0). Now the outputs a non-finite value reached are recomputed in exact fp32 inside the kernel.
+
+# (B, M, C, H, W, K) and the kernel config; None: what prepare() picks (the tuned kernel on preset layers)
+TC_NONFINITE_PRESETS = (((1, 50, 1, 28, 28, 5), None), ((1, 12, 1, 72, 72, 7), None), ((1, 12, 1, 70, 70, 5), None),
+                        ((1, 4, 1, 86, 86, 7), None), ((1, 16, 6, 22, 22, 5), None), ((1, 24, 12, 33, 33, 5), None))
+TC_NONFINITE_ODD = (
+    ((1, 1, 1, 1, 1, 1), {"kernel": "gather"}), ((1, 1, 1, 1, 1, 1), {"kernel": "rows"}),
+    ((1, 1, 1, 1, 1, 1), {"kernel": "pairs"}),
+    ((2, 5, 3, 12, 11, 5), {"kernel": "gather", "rm": 1, "nt": 64}), ((2, 9, 3, 9, 10, 3), {"kernel": "gather", "rm": 4}),
+    ((3, 4, 1, 13, 19, 7), {"kernel": "rows", "ib": 2}), ((2, 5, 3, 12, 11, 5), {"kernel": "rows", "nc": 1, "mt": 2}),
+    ((5, 6, 1, 12, 12, 5), {"kernel": "rows", "nt": 64, "pipe": 2}), ((3, 5, 1, 13, 19, 7), {"kernel": "rows", "epi": 1, "ib": 2}),
+    ((2, 3, 2, 20, 26, 9), {"kernel": "rows", "nc": 4}), ((2, 4, 1, 20, 45, 5), {"kernel": "rows", "epi": 1, "nc": 5, "cs": 1}),
+    ((3, 12, 1, 13, 19, 7), {"kernel": "pairs", "rt": 1}), ((2, 7, 3, 8, 10, 4), {"kernel": "pairs", "round": 0, "cs": 1}),
+    ((9, 6, 1, 10, 9, 5), {"kernel": "pairs", "ib": 2, "nt": 32}), ((2, 3, 1, 9, 14, 3), {"kernel": "pairs", "ib": 2, "rt": 3}),
+)
+
+
+def _nonfinite_spots(shape, seed, fp16_overflow=False):
+    """Where the non-finite values go: the first and the last element of the batch (the gather kernel's padded k
+    re-reads a window's first element), an interior +Inf next to a -Inf (Inf - Inf = NaN where both reach), and
+    a few seeded ones; FP16 also gets a finite 1e5, which converts to infinity in half precision."""
+    B, M, C, H, W, K = shape
+    g = torch.Generator().manual_seed(seed)
+    spots = [(0, 0, 0, 0, math.inf), (B - 1, C - 1, H - 1, W - 1, math.nan),
+             (B // 2, C // 2, H // 2, W // 2, math.inf), (B // 2, C // 2, H // 2, min(W - 1, W // 2 + 1), -math.inf)]
+    for value in (math.nan, -math.inf, math.inf):
+        spots.append(tuple(int(torch.randint(0, n, (1,), generator=g)) for n in (B, C, H, W)) + (value,))
+    if fp16_overflow:   # first, so that a non-finite spot on the same element wins
+        spots.insert(0, tuple(int(torch.randint(0, n, (1,), generator=g)) for n in (B, C, H, W)) + (1.0e5,))
+    return spots
+
+
+def _check_nonfinite(prepare, shape, seed, device, what, fp16_overflow=False):
+    """``prepare(w, b)``'s layer on x with NaN / +Inf / -Inf (spots above): the NaN, +Inf and -Inf positions of
+    the output are those of torch's fp32 conv on the CPU, and every finite value is within 1e-2 x its terms'
+    magnitudes of the float64 reference (element-wise, as tests/test_fuzz.py's property), with out poisoned
+    with NaN and without. Returns the prepared layer."""
+    x, w, b = _data(shape, seed=seed, bias=seed % 2 == 0)
+    fn = prepare(w.to(device), None if b is None else b.to(device))
+    spots = _nonfinite_spots(shape, seed, fp16_overflow)
+    for i, c, h, col, value in spots:
+        x[i, c, h, col] = value
+    want = F.conv2d(x, w, b).numpy().astype(np.float64)
+    ref = reference_layer(x, w, b)
+    clean = torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0).abs()
+    magnitude = reference_layer(clean, w.abs(), None if b is None else b.abs())
+    assert not np.isfinite(want).all(), f"{what}: the case should reach non-finite outputs"
+    for out in (poisoned(want.shape, device), None):
+        got = fn(x.to(device), out=out).cpu().numpy().astype(np.float64)
+        label = f"{what} spots={spots} out={'poisoned' if out is not None else None}"
+        for name, test in (("NaN", np.isnan), ("+Inf", np.isposinf), ("-Inf", np.isneginf)):
+            differ = np.argwhere(test(got) != test(want))
+            assert differ.size == 0, (f"{label}: {name} positions differ from torch's at "
+                                      f"{[tuple(map(int, d)) for d in differ[:5]]} of {differ.shape[0]} "
+                                      f"(got {got[tuple(differ[0])]}, torch {want[tuple(differ[0])]})")
+        finite = np.isfinite(want)
+        off, bound = np.abs(got - ref)[finite], 1e-2 * magnitude[finite]
+        assert np.all(off <= bound), f"{label}: finite values off by up to {np.max(off / bound):.3g} x the bound"
+    return fn
+
+
+@needs_cxx
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", ("tf32", "fp16"))
+@pytest.mark.parametrize("case", TC_NONFINITE_PRESETS + TC_NONFINITE_ODD,
+                         ids=lambda c: "B%d-M%d-C%d-H%d-W%d-K%d" % c[0] + "-" + str((c[1] or {}).get("kernel", "tuned")))
+def test_emulated_tc_nonfinite_inputs_as_torch(emulation, precision, case):
+    """NaN, +Inf and -Inf in the input of every tensor-core kernel (gather, rows, pairs) on the preset layers
+    (the tuned kernel) and odd shapes and launch configs: NaN/Inf where torch's fp32 conv has them, the rest
+    within the reduced-precision bound; FP16 also gets a finite input beyond half precision's range."""
+    from convforge.conv import cuda_tc
+    shape, config = case
+    fn = _check_nonfinite(lambda w, b: cuda_tc.prepare(w, b, precision=precision, config=config), shape,
+                          zlib.crc32(repr(case).encode()), "cpu", f"tc {precision} {shape} {config}",
+                          fp16_overflow=precision == "fp16")
+    if config:
+        assert {"gather": cuda_tc.TcGeometry, "rows": cuda_tc.RowsGeometry,
+                "pairs": cuda_tc.PairsGeometry}[config["kernel"]] is type(fn.layer_for(shape[3], shape[4]).geom)
+
+
+@needs_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ("tf32", "fp16"))
+@pytest.mark.parametrize("case", TC_NONFINITE_PRESETS + TC_NONFINITE_ODD +
+                         (((1500, 16, 1, 22, 22, 5), {"kernel": "rows"}), ((1500, 16, 1, 22, 22, 5), {"kernel": "pairs"}),
+                          ((1500, 16, 6, 22, 22, 5), {"kernel": "gather"})),
+                         ids=lambda c: "B%d-M%d-C%d-H%d-W%d-K%d" % c[0] + "-" + str((c[1] or {}).get("kernel", "tuned")))
+def test_gpu_tc_nonfinite_inputs_as_torch(precision, case):
+    """The emulated test's cases on the GPU (the real mma.sync and its NaN/Inf handling), and 1500 images: persistent
+    blocks over many units, of which only some hold a non-finite value."""
+    from convforge.conv import cuda_tc
+    shape, config = case
+    _check_nonfinite(lambda w, b: cuda_tc.prepare(w, b, precision=precision, config=config), shape,
+                     zlib.crc32(repr(case).encode()), "cuda", f"tc {precision} {shape} {config}",
+                     fp16_overflow=precision == "fp16")

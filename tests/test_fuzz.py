@@ -134,8 +134,6 @@ def _ready(target: Target) -> None:
 
 
 # What the fuzzer found on an H200 and is not fixed (docs/reliability.md): expected to fail there.
-_TC_BANDS = ("the tensor-core row kernels multiply a row band of the input by a banded (Toeplitz) weight "
-             "matrix, so a NaN or Inf input reaches every output of its band (NaN * 0), where torch's stays local")
 KNOWN_DEVIATIONS = {
     ("matches", "torch-compile@cuda"): "Inductor (torch 2.11, max-autotune-no-cudagraphs, H200) returns a value "
     "that does not depend on the input for a 3x3 input and a 3x3 kernel: torch's bug (the torch-compile entry "
@@ -144,8 +142,6 @@ KNOWN_DEVIATIONS = {
     "reaches on some shapes (found: C=12, M=24, K=5 on 9x9, out of 508 cases) where fp32 arithmetic gives +-Inf, "
     "as torch's CPU path does: its algorithm's transforms meet Inf - Inf or Inf * 0 (the torch entry is the "
     "baseline; no convforge kernel is involved)",
-    ("inf_nan", "cuda-tc-tf32@cuda"): _TC_BANDS,
-    ("inf_nan", "cuda-tc-fp16@cuda"): _TC_BANDS,
 }
 
 

@@ -377,8 +377,9 @@ def unavailable_reason() -> Optional[str]:
 
 class TcLayer:
     """One layer's tensor-core kernel for one input size: the gather (tc.cu), rows (tc_rows.cu) or pairs
-    (tc_pairs.cu) kernel; each takes (y, x, weights, bias, B) and loops over images (rows and pairs: units of
-    ib images)."""
+    (tc_pairs.cu) kernel; each takes (y, x, packed weights, fp32 weights, bias, B) (pairs: no packed ones) and
+    loops over images (rows and pairs: units of ib images). Outputs that a non-finite input reached are
+    recomputed in exact fp32 inside the kernel (cuda/nonfinite.cuh), so NaN and +-Inf land where torch puts them."""
 
     def __init__(self, weight, bias, H: int, W: int, precision: str, config: dict):
         """``config``: the launch config with its "kernel" key (``layer`` fills in the default)."""
@@ -387,13 +388,17 @@ class TcLayer:
         info = cc.device_info(self.device)
         self.geom = plan_any(M, C, H, W, K, precision, config, info.smem_per_block_optin)
         self.kind = kind = config["kernel"]
+        # the plain fp32 weights (a copy, as the packed ones are): the pairs kernel builds its B fragments from
+        # them; every kernel's exact path for the outputs a non-finite input reached reads them
+        self.weight = weight.float().contiguous().clone()
         if kind == "rows":
             self.packed, name, self.per_unit = pack_rows(weight, self.geom), "conv_tc_rows", self.geom.ib
-        elif kind == "pairs":   # the kernel builds its B fragments from the plain weights (a copy, as the
-            self.packed = weight.float().contiguous().clone()   # others pack theirs)
-            name, self.per_unit = "conv_tc_pairs", self.geom.ib
+        elif kind == "pairs":
+            self.packed, name, self.per_unit = None, "conv_tc_pairs", self.geom.ib
         else:
             self.packed, name, self.per_unit = pack_fragments(weight, self.geom), "conv_tc", 1
+        # weight arguments: (packed, plain) for the rows and gather kernels, (plain) for the pairs kernel
+        self.weight_args = (self.weight,) if self.packed is None else (self.packed, self.weight)
         # the widest output store: 16 bytes (rows' staged epilogue, rows of 4k floats), 8 (rows and pairs
         # kernels on even rows), else 4
         self.store_alignment = (16 if kind == "rows" and self.geom.epi and self.geom.wo % 4 == 0 else
@@ -412,7 +417,7 @@ class TcLayer:
             y = torch.empty_like(y)  # vector stores need an aligned buffer (torch allocations always are)
         if y.numel():
             self.kernel((min(cc.cdiv(B, self.per_unit), self.grid_cap),), (g.nt,),
-                        (cc.ptr(y), cc.ptr(x), cc.ptr(self.packed), cc.ptr(self.bias), cc.i32(B)),
+                        (cc.ptr(y), cc.ptr(x), *map(cc.ptr, self.weight_args), cc.ptr(self.bias), cc.i32(B)),
                         shared_mem=g.smem_bytes)
         return cc.finish(y, result)
 

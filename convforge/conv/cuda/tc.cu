@@ -17,12 +17,17 @@
 // 10 mantissa bits (weights rounded to nearest on staging; inputs too with CF_TF32_ROUND=1, else the
 // hardware truncates them),
 // FP16 11; products are exact and accumulate in fp32.
+// Non-finite inputs: a padded k re-reads the window's first element with a zero weight (Inf * 0 = NaN there,
+// where torch gives +-Inf), and FP16 turns |v| > 65504 into infinity; any such input makes every map of the
+// positions that read it non-finite. Each lane tests map tile 0 of its positions after the k loop; a block that
+// saw one replaces its non-finite outputs by exact fp32 values after its last image (nonfinite.cuh).
 // Constants: CF_M CF_C CF_H CF_W CF_K, CF_PREC (0 tf32, 1 fp16), CF_RM, CF_NT, CF_XSMEM, CF_BSMEM,
 // CF_TF32_ROUND, CF_STREAM_STORES (evict-first output stores).
 
 #include "async_copy.cuh"
 #include "mma.cuh"
 #include "stores.cuh"
+#include "nonfinite.cuh"
 
 #ifndef CF_PREC
 #define CF_PREC 0
@@ -69,7 +74,7 @@ __device__ __forceinline__ float at(const float* base, int off)
 
 extern "C" __global__ void __launch_bounds__(CF_NT)
 conv_tc(float* __restrict__ y, const float* __restrict__ x, const unsigned* __restrict__ bfrag,
-        const float* __restrict__ bias, int B)
+        const float* __restrict__ w, const float* __restrict__ bias, int B)
 {
     extern __shared__ float4 smem4[];
     float* const xs = reinterpret_cast<float*>(smem4);
@@ -92,6 +97,7 @@ conv_tc(float* __restrict__ y, const float* __restrict__ x, const unsigned* __re
     }
     __syncthreads();
 
+    float probe = 0.0f;                                        // NaN once an accumulator was not finite
     for (long long b = blockIdx.x; b < B; b += gridDim.x) {
         const float* const xb = x + b * (long long)IMG;
         if constexpr (CF_XSMEM) {
@@ -162,6 +168,10 @@ conv_tc(float* __restrict__ y, const float* __restrict__ x, const unsigned* __re
                 }
             }
 
+            // a non-finite input read by one of this lane's rows (nonfinite.cuh)
+#pragma unroll
+            for (int i = 0; i < RM; ++i) probe = nonfinite_probe(nonfinite_probe(probe, acc[i][0][0]), acc[i][0][2]);
+
             // epilogue: c0 (g, 2t) c1 (g, 2t+1) c2 (g+8, 2t) c3 (g+8, 2t+1), + bias
 #pragma unroll
             for (int i = 0; i < RM; ++i) {
@@ -182,4 +192,7 @@ conv_tc(float* __restrict__ y, const float* __restrict__ x, const unsigned* __re
             }
         }
     }
+    // a call, not inlined: inlined, the pass made nvcc 13.0 unroll the image staging loop above by 4 instead of
+    // 16 (fa19 L2 FP16 5.8 % slower on an H100); forcing 16 spilled
+    redo_nonfinite_outputs_call<C, H, W, K, M, NT, 1>(probe != 0.0f, y, x, w, bias, B);
 }

@@ -20,13 +20,16 @@
 // last pair of a row may read up to column 2 * NPR + 5, past W; its B taps are zero there, so the values
 // must be finite); TF32 inputs are rounded to nearest in place once (CF_TF32_ROUND), weights as each lane
 // builds its B fragments. Positions past the unit's end read position 0 and are not stored.
-// Finite inputs only, as in the rows kernel: a non-finite input spoils both columns of the pairs that read it.
+// Non-finite inputs, as in the rows kernel: a non-finite input (FP16: or one beyond +-65504) spoils every map
+// and both columns of the pairs whose 8-column runs read it; each lane tests map tile 0 of its two positions
+// per tile, and a block that saw one replaces its non-finite outputs by exact fp32 values at the end.
 // Constants: CF_M CF_C CF_H CF_W CF_K, CF_PREC (0 tf32, 1 fp16), CF_IB (images per unit), CF_NT (threads),
 // CF_RT (16-position tiles per warp step), CF_TF32_ROUND, CF_STREAM_STORES.
 
 #include "async_copy.cuh"
 #include "mma.cuh"
 #include "stores.cuh"
+#include "nonfinite.cuh"
 
 #ifndef CF_PREC
 #define CF_PREC 0
@@ -106,6 +109,7 @@ conv_tc_pairs(float* __restrict__ y, const float* __restrict__ x, const float* _
     for (int i = tid; i < XS_FLOATS; i += NT) xs[i] = 0.0f;    // the padding columns stay zero
     __syncthreads();                                           // zeros before any copy lands
 
+    float probe = 0.0f;                                        // NaN once an accumulator was not finite
     const int units = (B + IB - 1) / IB;
     for (int u = blockIdx.x; u < units; u += gridDim.x) {
         const int b0 = u * IB, nimg = B - b0 < IB ? B - b0 : IB;
@@ -178,6 +182,10 @@ conv_tc_pairs(float* __restrict__ y, const float* __restrict__ x, const float* _
                             if (tile0 + r < tiles) mma<CF_PREC>(acc[r][j], a[r], bw[j][c][s][0], bw[j][c][s][1]);
                 }
 
+            // a non-finite input read by one of this lane's positions (nonfinite.cuh)
+#pragma unroll
+            for (int r = 0; r < RT; ++r) probe = nonfinite_probe(nonfinite_probe(probe, acc[r][0][0]), acc[r][0][2]);
+
             // epilogue (+ bias): c0 c1 = map 4j + t, the pair (o, 2jj), (o, 2jj + 1) of position g; c2 c3 of g + 8
 #pragma unroll
             for (int j = 0; j < NTL; ++j) {
@@ -203,4 +211,5 @@ conv_tc_pairs(float* __restrict__ y, const float* __restrict__ x, const float* _
         }
         __syncthreads();                                       // every warp is done with xs before it refills
     }
+    redo_nonfinite_outputs<C, H, W, K, M, NT, IB>(probe != 0.0f, y, x, w, bias, B);
 }

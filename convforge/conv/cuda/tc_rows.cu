@@ -21,10 +21,13 @@
 // shared memory and so fewer resident blocks). TF32 inputs are then rounded to nearest in place, each thread
 // rounding the elements it copied (CF_TF32_ROUND); weights are rounded on the host.
 // FP16 converts each A pair with one cvt.rn.f16x2 after an 8-byte shared load. Accumulation is fp32.
-// Finite inputs only: the zero taps of each banded B multiply all 16 columns an mma reads, so a non-finite
-// input (or, in FP16, one beyond +-65504, which converts to infinity) turns the whole 8-column tiles that
-// read it into NaN, where a convolution would spoil only the K columns whose window holds it. The course's
-// inputs are pixels (0..255); the reduced-precision paths declare this range.
+// Non-finite inputs: the zero taps of each banded B multiply all 16 columns an mma reads, so a non-finite
+// input (or, in FP16, one beyond +-65504, which converts to infinity) turns the 16-row x 8-column tiles that
+// read it non-finite in every map, where a convolution spoils only the K columns whose window holds it. After
+// the k loop each lane folds the first map's accumulator of its rows r0, r1 in each stored column tile into a
+// probe (2 * NC FFMAs); a block whose probe turned NaN replaces its non-finite outputs by exact fp32 values after
+// its last unit (nonfinite.cuh), so NaN and +-Inf land where torch's fp32 convolution puts them and every other
+// output keeps its tensor-core value.
 // Fragment layouts (PTX ISA, g = lane / 4, t = lane % 4) as in tc.cu. Epilogue (+ bias), CF_EPI 0: 8-byte
 // stores straight from the fragments (each group of 4 lanes writes one 32-byte run of a row, so a warp's
 // store touches 8 rows, one sector each); CF_EPI 1: each map's 16 x NC*8 tile goes through a per-warp
@@ -41,6 +44,7 @@
 #include "async_copy.cuh"
 #include "mma.cuh"
 #include "stores.cuh"
+#include "nonfinite.cuh"
 
 #ifndef CF_PREC
 #define CF_PREC 0
@@ -113,10 +117,11 @@ __device__ __forceinline__ void round_staged(float* dst, int nimg, int lane, int
 }  // namespace
 
 // y (B, M, HO, WO) fp32; x (B, C, H, W) fp32; wpad [MG*MT][C][K][WROW] words (TF32: tf32-rounded floats,
-// tap q at 7 + q; FP16: half pairs (w[j], w[j+1]) of the same padded row); bias (M) or null.
+// tap q at 7 + q; FP16: half pairs (w[j], w[j+1]) of the same padded row); w (M, C, K, K) fp32 (the exact
+// path's); bias (M) or null.
 extern "C" __global__ void __launch_bounds__(CF_NT)
 conv_tc_rows(float* __restrict__ y, const float* __restrict__ x, const unsigned* __restrict__ wpad,
-             const float* __restrict__ bias, int B)
+             const float* __restrict__ w, const float* __restrict__ bias, int B)
 {
     extern __shared__ float4 smem4[];
     float* const xs = reinterpret_cast<float*>(smem4);
@@ -139,6 +144,7 @@ conv_tc_rows(float* __restrict__ y, const float* __restrict__ x, const unsigned*
         copy_commit();
     }
     int buf = 0;
+    float probe = 0.0f;                                        // NaN once an accumulator was not finite
     for (int u = blockIdx.x; u < units; u += gridDim.x) {
         const int b0 = u * IB, nimg = images(u);
         float* const xcur = xs + buf * XS_ONE;
@@ -234,6 +240,12 @@ conv_tc_rows(float* __restrict__ y, const float* __restrict__ x, const unsigned*
                 }
             }
 
+            // a non-finite input read by one of this lane's rows (nonfinite.cuh), in the column tiles that are
+            // stored (testing the others would keep their mmas, which the compiler drops as dead)
+#pragma unroll
+            for (int n = 0; n < NC; ++n)
+                if (col0 + n * 8 < WO) probe = nonfinite_probe(nonfinite_probe(probe, acc[0][n][0]), acc[0][n][2]);
+
             // epilogue (+ bias), one map at a time
 #if CF_EPI
             float* const es = reinterpret_cast<float*>(ws + WS_WORDS) + warp * (16 * EPITCH);
@@ -301,4 +313,5 @@ conv_tc_rows(float* __restrict__ y, const float* __restrict__ x, const unsigned*
         __syncthreads();                                       // every warp is done with xcur before it refills
         if constexpr (PIPE == 2) buf ^= 1;
     }
+    redo_nonfinite_outputs<C, H, W, K, M, NT, IB>(probe != 0.0f, y, x, w, bias, B);
 }
