@@ -623,3 +623,19 @@ def test_bench_draws_each_layers_check_data_once():
         rows = bench.run_bench(cases, [conv.get("torch"), conv.get("cpu-gemm"), conv.get("reference")], "cpu",
                                ceilings, warmup=0, repeat=3, show_progress=False).rows
     assert len(rows) == 6 and len(made) == 2
+
+
+def test_ceilings_are_the_best_this_machine_has_measured(tmp_path, monkeypatch, capsys):
+    """A run on a loaded machine measures lower rates; the floor keeps the best of this run and the earlier
+    runs on the same machine, so no kernel can land above it. A damaged store is rebuilt with one warning."""
+    monkeypatch.setenv("CONVFORGE_CACHE", str(tmp_path))
+    quiet = probes.Ceilings(copy_gbps=20.0, matmul_gflops=100.0, fma_gflops=400.0, read_gbps=30.0)
+    loaded = probes.Ceilings(copy_gbps=25.0, matmul_gflops=60.0, fma_gflops=200.0, write_gbps=9.0)
+    assert probes.best_ceilings("cpu", quiet) == quiet
+    best = probes.best_ceilings("cpu", loaded)
+    assert (best.copy_gbps, best.matmul_gflops, best.fma_gflops, best.read_gbps, best.write_gbps) == \
+        (25.0, 100.0, 400.0, 30.0, 9.0)
+    assert best.floor_s(flops=400e9, bytes_moved=0) == pytest.approx(1.0)   # the quiet run's FMA peak
+    (tmp_path / probes.CEILINGS_FILE).write_text("{not json")
+    assert probes.best_ceilings("cpu", loaded) == loaded
+    assert capsys.readouterr().err.count("damaged") == 1

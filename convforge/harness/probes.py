@@ -98,7 +98,8 @@ def measure_ceilings(device: str, budget_s: float = DEFAULT_BUDGET_S) -> Ceiling
     CPU, ``gpu_fma_peak_gflops`` on a GPU).
 
     Each ceiling is the fastest of its repeated runs (and of the matrix sizes), not the median: it bounds
-    what the machine can do, and a run slowed by other work on the machine must not lower it.
+    what the machine can do, and a run slowed by other work on the machine must not lower it. For the same
+    reason each rate is then the best of this run and the earlier runs on this machine (``best_ceilings``).
     """
     from convforge.conv.torch_conv import exact_fp32
     exact_fp32()
@@ -134,8 +135,53 @@ def measure_ceilings(device: str, budget_s: float = DEFAULT_BUDGET_S) -> Ceiling
             finally:
                 torch.backends.cuda.matmul.allow_tf32 = False
             tensor[name] = 2 * n ** 3 / seconds / 1e9
-    return Ceilings(copy_gbps=2 * nbytes / copy_s / 1e9, matmul_gflops=matmul_gflops, fma_gflops=fma,
-                    read_gbps=nbytes / read_s / 1e9, write_gbps=nbytes / write_s / 1e9, **tensor)
+    measured = Ceilings(copy_gbps=2 * nbytes / copy_s / 1e9, matmul_gflops=matmul_gflops, fma_gflops=fma,
+                        read_gbps=nbytes / read_s / 1e9, write_gbps=nbytes / write_s / 1e9, **tensor)
+    return best_ceilings(device, measured)
+
+
+CEILINGS_FILE = "ceilings.json"   # in the cache folder: the best rates measured per machine
+
+
+def _machine(device: str) -> str:
+    if device == "cuda":
+        return f"cuda | {torch.cuda.get_device_name()}"
+    return f"cpu | {cpu_model()} | {torch.get_num_threads()} threads"
+
+
+def best_ceilings(device: str, measured: Ceilings) -> Ceilings:
+    """Each rate: the best of ``measured`` and of earlier runs on this machine (same CPU model and threads,
+    or same GPU model), kept in the cache folder. A bench run on a loaded machine (the CPU FMA peak measured
+    at loadavg 10-14 in one #26 run) would otherwise lower a ceiling and put kernels "above their floor".
+    """
+    import dataclasses
+    import json
+    from convforge.data import cache_dir
+    from convforge.files import warn_damaged_cache, write_atomically
+    path = cache_dir() / CEILINGS_FILE
+    store: dict = {}
+    if path.exists():
+        try:
+            store = json.loads(path.read_text())
+            if not isinstance(store, dict) or not all(isinstance(v, dict) for v in store.values()):
+                raise ValueError("not a table of machines")
+        except (OSError, ValueError):
+            warn_damaged_cache(path, "ceiling store")
+            store = {}
+    key = _machine(device)
+    earlier = store.get(key, {})
+    best = {}
+    for f in dataclasses.fields(Ceilings):
+        rates = [r for r in (getattr(measured, f.name), earlier.get(f.name)) if isinstance(r, (int, float)) and r > 0]
+        best[f.name] = max(rates) if rates else None
+    if best != earlier:
+        store[key] = best
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomically(path, lambda tmp: Path(tmp).write_text(json.dumps(store, indent=1, sort_keys=True)))
+        except OSError:   # a read-only cache folder: this run's rates still hold
+            pass
+    return Ceilings(**best)
 
 
 def fma_chains_intrinsic(chains: int, depth: int, lanes: int):
