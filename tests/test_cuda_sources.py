@@ -112,10 +112,15 @@ def test_nvcc_compiles_for_sm90(label, spec, tmp_path):
         spilled = [int(v) for v in re.findall(r"(\d+) bytes spill stores", done.stderr)]
         assert spilled and max(spilled) <= 16, f"{label}: spills\n{done.stderr}"
     elif spec.source in ("regtile.cu", "tc.cu", "tc_rows.cu", "tc_pairs.cu", "direct.cu"):
-        # the register tiles must stay in registers: no local-memory spills or stack frame
+        # the register tiles must stay in registers: no kernel entry spills or has a stack frame (a called
+        # device function, such as the tensor-core kernels' non-finite pass, may have its own frame)
         report = done.stderr
-        assert re.search(r"\b0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads", report), \
-            f"{label}: spills or a stack frame\n{report}"
+        entries = set(re.findall(r"Compiling entry function '([^']+)'", report))
+        frames = {name: tuple(map(int, sizes)) for name, *sizes in re.findall(
+            r"Function properties for (\S+)\s+(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads",
+            report)}
+        assert entries and all(frames.get(name) == (0, 0, 0) for name in entries), \
+            f"{label}: a kernel spills or has a stack frame\n{report}"
 
 
 def _nvrtc():
