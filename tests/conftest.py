@@ -114,3 +114,19 @@ def check_layer_call(fn, x, ref, tolerance, what):
     assert fresh <= tolerance, f"{what} (no out): relative error {fresh:.3g}; {describe_mismatch(again, ref)}"
     assert torch.equal(x, original), f"{what}: modified its input"
     return error
+
+
+def assert_nonfinite_as_torch(got, want, ref, bound, label):
+    """``got``'s NaN, +Inf and -Inf positions are those of torch's fp32 result ``want``, and where both
+    ``want`` and the float64 ``ref`` are finite, ``|got - ref| <= bound`` element by element (all NumPy
+    arrays of one shape)."""
+    import numpy as np
+    for name, test in (("NaN", np.isnan), ("+Inf", np.isposinf), ("-Inf", np.isneginf)):
+        differ = np.argwhere(test(got) != test(want))
+        assert differ.size == 0, (f"{label}: {name} positions differ from torch's at "
+                                  f"{[tuple(map(int, d)) for d in differ[:5]]} of {differ.shape[0]} "
+                                  f"(got {got[tuple(differ[0])]}, torch {want[tuple(differ[0])]})")
+    finite = np.isfinite(want) & np.isfinite(ref)
+    off, limit = np.abs(got - ref)[finite], bound[finite]
+    assert np.all(off <= limit), \
+        f"{label}: finite values off by up to {float(np.max(off / np.maximum(limit, 1e-300))):.3g} x the bound"
