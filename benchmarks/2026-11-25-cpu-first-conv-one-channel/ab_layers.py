@@ -39,6 +39,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=11)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--layers", nargs="*", default=list(LAYERS))
+    ap.add_argument("--noprefetch", action="store_true", help="also this branch without PREFETCH_OUTPUT")
     ap.add_argument("--configs", nargs="*", default=[],
                     help="extra pooled-tile variants of this branch, MB,TW (AVX-512 lanes), e.g. 6,2 3,4")
     args = ap.parse_args()
@@ -56,6 +57,13 @@ def main():
         b = torch.from_numpy(rng.standard_normal(M).astype(np.float32) * 0.1)
         ref = F.max_pool2d(ACTIVATIONS[act](F.conv2d(xc.double(), w.double(), b.double())), 2, 2).numpy()
         fns = {v: m.prepare_fused(w, b, act, 2) for v, m in mods.items()}
+        if args.noprefetch:    # this branch without the PREFETCHW of the output rows
+            cpu_parallel.PREFETCH_OUTPUT, saved = False, dict(cpu_parallel._KERNELS)
+            cpu_parallel._KERNELS.clear()
+            fns["new-nopf"] = cpu_parallel.prepare_fused(w, b, act, 2)
+            cpu_parallel.PREFETCH_OUTPUT = True
+            cpu_parallel._KERNELS.clear()
+            cpu_parallel._KERNELS.update(saved)
         for c in args.configs:
             mb, tw = map(int, c.split(","))
             fns[f"new:{mb}x{tw}"] = cpu_parallel.prepare_fused(w, b, act, 2, config=(mb, tw, 16, True))
@@ -82,6 +90,8 @@ def main():
         ratio = ratios["new"]
         q = statistics.quantiles(ratio, n=4)
         extra = "".join(f"  {v}/main {statistics.median(r):.3f}" for v, r in ratios.items() if v != "new")
+        if "new-nopf" in times:
+            extra += "  new/new-nopf {:.3f}".format(statistics.median([a / b for a, b in zip(times["new"], times["new-nopf"])]))
         cells = "  ".join(f"{v} {statistics.median(t) * 1e3:7.2f} ms ({flops / statistics.median(t) / 1e9:5.1f} GFLOP/s, "
                           f"err {errs[v]:.1e})" for v, t in times.items())
         print(f"{name}: {cells}  new/main per round median {statistics.median(ratio):.3f} "

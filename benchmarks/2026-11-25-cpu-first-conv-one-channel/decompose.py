@@ -31,6 +31,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--layers", nargs="*", default=list(LAYERS))
+    ap.add_argument("--pooled", action="store_true", help="the pooled tile (this branch's default) instead of "
+                    "main's band + pool pass; no nopool variant then")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     peak = probes.fma_peak_gflops(args.threads, 0.3)
@@ -38,19 +40,26 @@ def main():
           f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC, loadavg {open('/proc/loadavg').read().strip()}")
     for name in args.layers:
         M, K, H, act = LAYERS[name]
-        MB = cp.choose_block(M, K)
-        src = cp.kernel_source(K, MB, 2, act)
+        if args.pooled:
+            MB, TW = cp.choose_pooled(M)
+            src, noact = cp.kernel_source(K, MB, 2, act, TW, 16, True), cp.kernel_source(K, MB, 2, 0, TW, 16, True)
+        else:
+            MB, TW = cp.choose_block(M, K), cp.choose_width(cp.choose_block(M, K))
+            src, noact = cp.kernel_source(K, MB, 2, act), cp.kernel_source(K, MB, 2, 0)
         repack = "            for c in range(C):                    # each channel's plane"
         pool = "                for ph in range((h1 - h0) // 2):"
         back = "                for mm in range(min("
-        for needle in (repack, pool, back):
+        for needle in (repack, back) if args.pooled else (repack, pool, back):
             assert src.count(needle) == 1, needle
         off = lambda s, n: s.replace(n, n.replace("range(", "range(0 * ", 1))
-        variants = {"full": src, "noact": cp.kernel_source(K, MB, 2, 0), "nopool": off(src, pool),
+        variants = {"full": src, "noact": noact, "nopool": off(src, pool),
                     "noin": off(src, repack), "noout": off(src, back),
                     "tiles": off(off(off(src, repack), pool), back),
                     "ysame": src.replace("first = (b0 * M", "first = (0 * M")}
-        kernels = {v: jit_generated(f"decomp_{v}_k{K}_mb{MB}", s, "conv", nogil=True, fastmath={"contract"})
+        if args.pooled:
+            del variants["nopool"]
+            variants["tiles"] = off(off(src, repack), back)
+        kernels = {v: jit_generated(f"decomp_{v}_k{K}_mb{MB}_tw{TW}", s, "conv", nogil=True, fastmath={"contract"})
                    for v, s in variants.items()}
         rng = np.random.default_rng(0)
         x = rng.integers(0, 256, (args.batch, 1, H, H)).astype(np.float32)
@@ -80,7 +89,7 @@ def main():
         full = statistics.median(times["full"])
         row = "  ".join(f"{v} {statistics.median(t) * 1e3:6.2f} ms ({statistics.median(t) / full:4.2f})"
                         for v, t in times.items())
-        print(f"{name}: MB={MB} TW={cp.choose_width(MB)}  full {flops / full / 1e9:6.1f} GFLOP/s "
+        print(f"{name}: MB={MB} TW={TW}{' pooled tile' if args.pooled else ''}  full {flops / full / 1e9:6.1f} GFLOP/s "
               f"({100 * flops / full / 1e9 / peak:3.0f} % of peak)  {row}  loadavg "
               f"{open('/proc/loadavg').read().split()[0]}", flush=True)
 
