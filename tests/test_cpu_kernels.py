@@ -281,7 +281,8 @@ def test_parallel_fused_matches_float64(cpu_tiles, case):
 
 
 def test_fused_tanh_and_sigmoid_over_the_float32_range():
-    """The vectorised tanh (a rational fit) against float64 tanh, saturation included."""
+    """The vectorised tanh (a rational fit) against float64 tanh, saturation included, in the pool kernel and
+    in the pooled tile."""
     from convforge.models import ACTIVATIONS
     impl = conv.get("cpu-parallel")
     x = torch.linspace(-30, 30, 16 * 9 * 7).reshape(16, 1, 9, 7).contiguous()
@@ -289,6 +290,11 @@ def test_fused_tanh_and_sigmoid_over_the_float32_range():
     for activation in ("tanh", "sigmoid"):
         out = impl.prepare_fused(w, None, activation, 1)(x).double()
         ref = ACTIVATIONS[activation](x.double())
+        assert float((out - ref).abs().max()) < 1e-6, activation
+        # pool 2: the pooled tile on AVX-512 (tanh's division as VRCP14PS + a Newton step there)
+        x2 = torch.linspace(-30, 30, 16 * 2 * 24 * 24).reshape(32, 1, 24, 24).contiguous()
+        out = impl.prepare_fused(w, None, activation, 2)(x2).double()
+        ref = ACTIVATIONS[activation](torch.nn.functional.max_pool2d(x2.double(), 2, 2))
         assert float((out - ref).abs().max()) < 1e-6, activation
 
 
