@@ -34,7 +34,12 @@ once its tiles are done, pool_kernel (an LLVM intrinsic, as a Numba loop it stay
 takes the max of each window's 16-lane vectors for MB maps and applies the activation in registers (max
 pooling commutes with the non-decreasing activations, so the activation runs on the pooled values only: tanh as
 a clamped rational fit within 3.3e-7 of float64, relu, sigmoid from tanh), and only the pooled map is written
-back: fa17's layer writes 4x less and never reads its activations back. The ISA comes from
+back: fa17's layer writes 4x less and never reads its activations back. With a 2 x 2 pool on AVX-512 (every
+preset's one-channel first layer) the pool goes into the register tile itself (pooled_tile_kernel: 2 conv rows
+x 4 columns x 2 maps, pooled and activated in registers, only pooled vectors stored; no band of conv rows, no
+pool pass), and each pooled row's output lines are fetched for writing (PREFETCHW) while the band's later rows
+compute: 0.73-0.88x main's time on the six first layers (2 threads, B = 2048,
+benchmarks/2026-11-25-cpu-first-conv-one-channel/). The ISA comes from
 cpu_loops.vector_lanes (CONVFORGE_CPU_VECTOR_LANES=8 or 16 forces either; both tile kinds run correctly on
 either CPU, which is how the tests check both).
 Course step: the CPU side of the optimisation milestones: loop reordering for SIMD, register tiling, compile-
