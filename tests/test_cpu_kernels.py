@@ -196,6 +196,42 @@ def test_parallel_explicit_tile_configs(config):
     assert relative_error(out, ref) <= TOLERANCE, describe_mismatch(out, ref)
 
 
+@pytest.mark.parametrize("config", [(2, 4, 16), (1, 6, 16), (4, 2, 16), (1, 8, 16), (2, 2, 8), (1, 4, 8), (3, 2, 8)],
+                         ids=lambda c: "MB{}-TW{}-v{}".format(*c))
+@pytest.mark.parametrize("case", [(37, 12, 1, 30, 31, 5, "tanh"), (21, 6, 1, 48, 48, 5, "tanh"),
+                                  (18, 4, 1, 20, 21, 7, "relu"), (33, 5, 3, 9, 8, 3, "sigmoid"), (5, 3, 1, 6, 6, 3, None)],
+                         ids=lambda c: "B{}-M{}-C{}-{}x{}-K{}-{}".format(*c))
+def test_parallel_pooled_tiles(case, config):
+    """The pooled tile (conv + 2 x 2 max pool + activation in registers, config=(MB, TW, lanes, True)) of
+    either ISA's width: maps padded to whole blocks, pooled rows narrower than the tile, the last tile
+    overlapping its neighbour, partial 16-image groups, several channels; NaN-poisoned output vs float64."""
+    import torch.nn.functional as F
+    from convforge.models import ACTIVATIONS
+    batch, maps, channels, height, width, kernel, activation = case
+    x, w, b = random_case((batch, channels, height, width), (maps, channels, kernel, kernel),
+                          seed=zlib.crc32(repr((case, config)).encode()), bias=True)
+    ref = torch.from_numpy(conv2d_float64(x.numpy(), w.numpy(), b.numpy()))
+    ref = F.max_pool2d(ACTIVATIONS[activation](ref) if activation else ref, 2, 2).numpy()
+    out = poisoned(ref.shape)
+    conv.get("cpu-parallel").prepare_fused(w, b, activation, 2, config=config + (True,))(x, out)
+    assert relative_error(out, ref) <= TOLERANCE, describe_mismatch(out, ref)
+
+
+@pytest.mark.parametrize("vector", [16, 8], ids=["avx512", "avx2"])
+def test_choose_pooled(monkeypatch, vector):
+    """The pooled tile's (MB, TW): TW even, accumulators, inputs and a broadcast within the registers."""
+    from convforge.conv import cpu_parallel
+    accumulators, max_block, registers = cpu_parallel.TILES[vector]
+    for name, value in zip(("TILE_ACCUMULATORS", "MAX_BLOCK", "REGISTERS"), cpu_parallel.TILES[vector]):
+        monkeypatch.setattr(cpu_parallel, name, value)
+    if vector == 16:
+        assert {m: cpu_parallel.choose_pooled(m) for m in (4, 6, 12, 50)} == {4: (2, 4), 6: (2, 4), 12: (2, 4), 50: (2, 4)}
+    for maps in range(1, 60):
+        block, width = cpu_parallel.choose_pooled(maps)
+        assert width % 2 == 0 and 1 <= block <= min(maps, max_block)
+        assert 2 * width * block <= accumulators and 2 * width * block + 2 * width + 1 <= registers
+
+
 @pytest.mark.parametrize("case", [(37, 6, 2, 12, 20, 5), (33, 4, 2, 12, 9, 5), (17, 3, 1, 11, 7, 3)],
                          ids=["one-row-bands", "bands-of-4-rows", "short-last-band"])
 def test_parallel_accumulator_bands(monkeypatch, case):
@@ -218,6 +254,10 @@ FUSED = [  # (B, M, C, H, W, K, activation, pool)
     (5, 3, 2, 11, 9, 3, None, 3),           # no activation, pool 3
     (33, 12, 5, 21, 22, 4, "tanh", 1),      # pool 1 (activation only), even K
     (16, 6, 1, 9, 9, 5, "relu", 4),         # pooled plane of one pixel: the scalar write-back
+    (35, 6, 1, 64, 64, 5, "tanh", 2),       # sp18's layer (AVX-512: the pooled tile, 3 blocks of 2 maps)
+    (19, 12, 1, 70, 69, 5, "tanh", 2),      # fa19's layer, W odd: the last pooled tile overlaps its neighbour
+    (17, 5, 1, 8, 9, 5, "relu", 2),         # pooled rows of 2 and 2: narrower than a tile (2-column tiles)
+    (16, 7, 2, 10, 12, 3, "tanh", 2),       # two channels, odd maps (1-map pooled tiles), whole groups
 ]
 
 
@@ -241,7 +281,8 @@ def test_parallel_fused_matches_float64(cpu_tiles, case):
 
 
 def test_fused_tanh_and_sigmoid_over_the_float32_range():
-    """The vectorised tanh (a rational fit) against float64 tanh, saturation included."""
+    """The vectorised tanh (a rational fit) against float64 tanh, saturation included, in the pool kernel and
+    in the pooled tile."""
     from convforge.models import ACTIVATIONS
     impl = conv.get("cpu-parallel")
     x = torch.linspace(-30, 30, 16 * 9 * 7).reshape(16, 1, 9, 7).contiguous()
@@ -249,6 +290,11 @@ def test_fused_tanh_and_sigmoid_over_the_float32_range():
     for activation in ("tanh", "sigmoid"):
         out = impl.prepare_fused(w, None, activation, 1)(x).double()
         ref = ACTIVATIONS[activation](x.double())
+        assert float((out - ref).abs().max()) < 1e-6, activation
+        # pool 2: the pooled tile on AVX-512 (tanh's division as VRCP14PS + a Newton step there)
+        x2 = torch.linspace(-30, 30, 16 * 2 * 24 * 24).reshape(32, 1, 24, 24).contiguous()
+        out = impl.prepare_fused(w, None, activation, 2)(x2).double()
+        ref = ACTIVATIONS[activation](torch.nn.functional.max_pool2d(x2.double(), 2, 2))
         assert float((out - ref).abs().max()) < 1e-6, activation
 
 

@@ -34,7 +34,12 @@ once its tiles are done, pool_kernel (an LLVM intrinsic, as a Numba loop it stay
 takes the max of each window's 16-lane vectors for MB maps and applies the activation in registers (max
 pooling commutes with the non-decreasing activations, so the activation runs on the pooled values only: tanh as
 a clamped rational fit within 3.3e-7 of float64, relu, sigmoid from tanh), and only the pooled map is written
-back: fa17's layer writes 4x less and never reads its activations back. The ISA comes from
+back: fa17's layer writes 4x less and never reads its activations back. With a 2 x 2 pool on AVX-512 (every
+preset's one-channel first layer) the pool goes into the register tile itself (pooled_tile_kernel: 2 conv rows
+x 4 columns x 2 maps, pooled and activated in registers, only pooled vectors stored; no band of conv rows, no
+pool pass), and each pooled row's output lines are fetched for writing (PREFETCHW) while the band's later rows
+compute: 0.73-0.88x main's time on the six first layers (2 threads, B = 2048,
+benchmarks/2026-11-25-cpu-first-conv-one-channel/). The ISA comes from
 cpu_loops.vector_lanes (CONVFORGE_CPU_VECTOR_LANES=8 or 16 forces either; both tile kinds run correctly on
 either CPU, which is how the tests check both).
 Course step: the CPU side of the optimisation milestones: loop reordering for SIMD, register tiling, compile-
@@ -72,6 +77,10 @@ LANES = 16          # images per group: the lane layout of the repacked input an
 TILES = {16: (16, 8, 32), 8: (12, 12, 16)}   # VECTOR -> (TILE_ACCUMULATORS, MAX_BLOCK, REGISTERS)
 VECTOR = vector_lanes()
 TILE_ACCUMULATORS, MAX_BLOCK, REGISTERS = TILES[VECTOR]
+# 2 x 2 pools fused into the register tile (pooled_tile_kernel) by default with AVX-512; the AVX2 path keeps the
+# band of conv rows and pool_kernel (no AVX2-only CPU to time the pooled tile on; it is tested through config).
+POOLED_TILES = True
+PREFETCH_OUTPUT = True  # pooled tiles: PREFETCHW of each pooled row's output lines (the A/B toggles it)
 ACC_BYTES = 256 << 10  # accumulators of one band of output rows (the whole plane on the course layers), in L2
 
 
@@ -240,6 +249,149 @@ _TILES: dict = {}
 TILE_VERSION = 7  # part of the generated source, like TRANSPOSE_VERSION
 
 
+def choose_pooled(maps: int) -> tuple[int, int]:
+    """(MB, TW) of the pooled tile (pooled_tile_kernel, 2 x 2 pools): TW even, 2 * TW * MB accumulators within
+    TILE_ACCUMULATORS and, with the 2 * TW input vectors and one broadcast, within REGISTERS; the fewest
+    padded maps, then the most accumulators, then MB nearest 2. Measured on the one-channel first layers
+    (benchmarks/2026-11-25-cpu-first-conv-one-channel/, 1 thread): 2 maps x 4 columns beat 4 x 2, 1 x 8,
+    1 x 6, 2 x 2 and 1 x 4 on every layer but fa19's (1 x 6 equal); 24 accumulators (6 x 2, 3 x 4, 2 x 6)
+    spill and run 1.3-1.5x slower."""
+    options = [(mb, tw) for mb in range(1, max(1, min(MAX_BLOCK, maps)) + 1) for tw in range(2, 17, 2)
+               if 2 * tw * mb <= TILE_ACCUMULATORS and 2 * tw * mb + 2 * tw + 1 <= REGISTERS]
+    return min(options, key=lambda o: (-(-maps // o[0]) * o[0], -2 * o[1] * o[0], abs(o[0] - 2)))
+
+
+def pooled_tile_kernel(kernel: int, block: int, width: int, vector: int, act: int):
+    """The Numba intrinsic ``conv_ptile(x, x0, row, chan, C, w, w0, bias, b0, out, d0)``: tile_kernel's
+    register tile over 2 output rows x TW = ``width`` (even) columns x MB = ``block`` maps x ``vector`` lanes,
+    followed in registers by the 2 x 2 max pool and activation ``act`` (pool_kernel's NaN-propagating max and
+    vector_activation), so only the TW / 2 x MB pooled vectors are stored, to out[d0 + (pc * MB + mm) * 16
+    ...]: no round trip of the conv rows through a band of accumulators, no separate pool pass. For the
+    one-channel first layers (fused with a 2 x 2 pool on every preset), where that pass and the band's stores
+    and loads cost as much as a quarter of the layer next to K * K multiply-adds per output. Per (c, p, q):
+    the 2 * TW input vectors (the two rows share the weights), then one weight broadcast at a time feeding
+    2 * TW FMAs."""
+    key = (kernel, block, width, vector, act)
+    if key not in _PTILES:
+        from llvmlite import ir
+        from numba import types
+        from numba.core import cgutils
+        from numba.extending import intrinsic
+        K, MB, TW, V = kernel, block, width, vector
+        assert TW % 2 == 0
+
+        @intrinsic
+        def conv_ptile(typingctx, x, x0, row, chan, C, w, w0, bias, b0, out, d0):
+            sig = types.void(x, x0, row, chan, C, w, w0, bias, b0, out, d0)
+
+            def codegen(context, builder, signature, args):
+                i64, i32 = ir.IntType(64), ir.IntType(32)
+                vec = ir.VectorType(ir.FloatType(), V)
+                vptr = vec.as_pointer()
+                undef = ir.Constant(vec, ir.Undefined)
+                splat_mask = ir.Constant(ir.VectorType(i32, V), [0] * V)
+                fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec] * 3),
+                                                     f"llvm.fma.v{V}f32")
+
+                def data(i):
+                    return context.make_array(signature.args[i])(context, builder, args[i]).data
+
+                def as64(i):
+                    return context.cast(builder, args[i], signature.args[i], types.int64)
+
+                def const(n):
+                    return ir.Constant(i64, n)
+
+                def splat(ptr):
+                    one = builder.insert_element(undef, builder.load(ptr, align=4), ir.Constant(i32, 0))
+                    return builder.shuffle_vector(one, undef, splat_mask)
+
+                xd, wd, bd, od = data(0), data(5), data(7), data(9)
+                x0v, rowv, chanv, cv, w0v, b0v, d0v = (as64(i) for i in (1, 2, 3, 4, 6, 8, 10))
+                accs = [[[cgutils.alloca_once(builder, vec) for _ in range(MB)] for _ in range(TW)] for _ in range(2)]
+                for mm in range(MB):
+                    start = splat(builder.gep(bd, [builder.add(b0v, const(mm))], inbounds=True))
+                    for r in range(2):
+                        for jj in range(TW):
+                            builder.store(start, accs[r][jj][mm])
+                with cgutils.for_range(builder, cv) as cl:
+                    xc = builder.add(x0v, builder.mul(cl.index, chanv))
+                    wc = builder.add(w0v, builder.mul(cl.index, const(K * K * MB)))
+                    with cgutils.for_range(builder, const(K)) as pl:
+                        xr = builder.add(xc, builder.mul(pl.index, rowv))
+                        wr = builder.add(wc, builder.mul(pl.index, const(K * MB)))
+                        with cgutils.for_range(builder, const(K)) as ql:
+                            xq = builder.add(xr, builder.mul(ql.index, const(LANES)))
+                            wq = builder.add(wr, builder.mul(ql.index, const(MB)))
+                            xs = [[builder.load(builder.bitcast(builder.gep(
+                                xd, [builder.add(builder.add(xq, builder.mul(rowv, const(r))), const(jj * LANES))],
+                                inbounds=True), vptr), align=4) for jj in range(TW)] for r in range(2)]
+                            for mm in range(MB):
+                                wv = splat(builder.gep(wd, [builder.add(wq, const(mm))], inbounds=True))
+                                for r in range(2):
+                                    for jj in range(TW):
+                                        a = builder.load(accs[r][jj][mm])
+                                        builder.store(builder.call(fma, [xs[r][jj], wv, a]), accs[r][jj][mm])
+                for pc in range(TW // 2):
+                    for mm in range(MB):
+                        best = None
+                        for r in range(2):          # pool_kernel's order: rows, then columns
+                            for j in range(2):
+                                v = builder.load(accs[r][2 * pc + j][mm])
+                                if best is None:
+                                    best = v
+                                else:     # v if v > best or v is NaN (a NaN in a window pools to NaN)
+                                    take = builder.or_(builder.fcmp_ordered(">", v, best),
+                                                       builder.fcmp_unordered("uno", v, v))
+                                    best = builder.select(take, v, best)
+                        best = vector_activation(builder, best, act)
+                        ptr = builder.gep(od, [builder.add(d0v, const((pc * MB + mm) * LANES))], inbounds=True)
+                        builder.store(best, builder.bitcast(ptr, vptr), align=4)
+                return context.get_dummy_value()
+
+            return sig, codegen
+
+        _PTILES[key] = conv_ptile
+    return _PTILES[key]
+
+
+_PTILES: dict = {}
+PTILE_VERSION = 1
+
+
+def prefetch_write():
+    """The Numba intrinsic ``prefetchw(array, index)``: llvm.prefetch for writing (PREFETCHW on x86) of the
+    cache line holding array[index], so that a later store finds it in the cache instead of waiting for it."""
+    global _PREFETCHW
+    if _PREFETCHW is None:
+        from llvmlite import ir
+        from numba import types
+        from numba.core import cgutils
+        from numba.extending import intrinsic
+
+        @intrinsic
+        def prefetchw(typingctx, array, index):
+            sig = types.void(array, index)
+
+            def codegen(context, builder, signature, args):
+                i32, i8p = ir.IntType(32), ir.IntType(8).as_pointer()
+                data = context.make_array(signature.args[0])(context, builder, args[0]).data
+                offset = context.cast(builder, args[1], signature.args[1], types.int64)
+                ptr = builder.bitcast(builder.gep(data, [offset], inbounds=True), i8p)
+                fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
+                                                    "llvm.prefetch.p0i8")
+                builder.call(fn, [ptr, ir.Constant(i32, 1), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+                return context.get_dummy_value()
+
+            return sig, codegen
+
+        _PREFETCHW = prefetchw
+    return _PREFETCHW
+
+
+_PREFETCHW = None
+
+
 def vector_activation(builder, value, act: int):
     """LLVM IR applying activation ``act`` (ACTIVATION_CODES) to the float vector ``value``: the same
     formulas for every kernel (relu a max; tanh the clamped rational fit above; sigmoid from tanh)."""
@@ -345,12 +497,13 @@ TANH_Q = (1.0, 0.46465863000440627, 0.024711530850971303, 0.0002626729299975575)
 
 
 def kernel_source(kernel: int, block: int, pool: int = 0, act: int = 0, width: Optional[int] = None,
-                  vector: Optional[int] = None) -> str:
+                  vector: Optional[int] = None, pooled_tile: bool = False) -> str:
     """Python source of the Numba kernel for K = ``kernel``, MB = ``block``, TW = ``width`` (default
     choose_width) and the tile's ``vector`` lanes (default VECTOR), all baked in; with ``pool`` > 0 it also
     applies activation ``act`` and a pool x pool max pool (stride pool) and writes only the pooled map. Max
     pooling commutes with the (non-decreasing) activations, so the max is taken first and the activation runs
-    on the pooled values only."""
+    on the pooled values only. ``pooled_tile`` (pool 2, TW even): the conv rows never leave the registers,
+    pooled_tile_kernel pools and activates them and stores the pooled vectors only."""
     K, MB, L, ACC_FLOATS = kernel, block, LANES, ACC_BYTES // 4
     TW = width or choose_width(block)
     V = vector or VECTOR
@@ -368,14 +521,65 @@ def kernel_source(kernel: int, block: int, pool: int = 0, act: int = 0, width: O
                 run = (h1 - h0) * Wo
                 r0 = h0 * Wo"""
     res = "pacc" if P else "acc"
-    return f'''"""Generated by convforge.conv.cpu_parallel for K={K}, MB={MB}, TW={TW}, vector={V}, pool={P}, act={act} (transpose v{TRANSPOSE_VERSION}, tile v{TILE_VERSION}, pool v{POOL_VERSION})."""
+    PT = bool(pooled_tile)
+    PREFETCH = PREFETCH_OUTPUT
+    if PT:
+        assert P == 2 and TW % 2 == 0, (P, TW)
+        half = TW // 2
+        tiles = f'''                for ph in range((h1 - h0) // 2):
+                    # Pooled row ph of the band: tiles of {TW} conv columns ({half} pooled) x 2 rows x {MB} maps,
+                    # summed over all (c, p, q), pooled and activated in registers; the last tile ends at Wp,
+                    # overlapping its neighbour (same values). With {V}-lane tiles, {L // V} calls per tile.
+                    h = h0 + 2 * ph
+                    if Wp >= {half}:
+                        for t in range((Wp + {half - 1}) // {half}):
+                            pc0 = min(t * {half}, Wp - {half})
+                            for s in range(0, {L}, {V}):
+                                conv_ptile(buf, o + (h * W + 2 * pc0) * {L} + s, W * {L}, H * W * {L}, C, wp,
+                                           (mb - mb0) * nw, bias, m0, pacc, (ph * Wp + pc0) * {MB * L} + s)
+                    else:
+                        for pc0 in range(Wp):
+                            for s in range(0, {L}, {V}):
+                                conv_ptile2(buf, o + (h * W + 2 * pc0) * {L} + s, W * {L}, H * W * {L}, C, wp,
+                                            (mb - mb0) * nw, bias, m0, pacc, (ph * Wp + pc0) * {MB * L} + s)
+                    if {PREFETCH} and nb == {L}:
+                        # This pooled row's lines of y, for the band's write-back: fetched for writing now,
+                        # while the next rows compute, instead of one cache miss after another at its end.
+                        for mm in range(min({MB}, M - m0)):
+                            for lane in range({L}):
+                                row0 = (b0 * M + m0 + mm) * plane + (h0 // 2 + ph) * Wp + lane * out_image
+                                for e in range(0, Wp + {L - 1}, {L}):
+                                    prefetchw(yf, row0 + min(e, Wp - 1))
+                run = (h1 - h0) // 2 * Wp
+                r0 = h0 // 2 * Wp'''
+        pooled = ""
+    else:
+        tiles = f'''                for h in range(h0, h1):
+                    # Tiles of {TW} columns x {MB} maps, each summed over all (c, p, q) in registers; the
+                    # last tile ends at Wo, overlapping its neighbour (same values).
+                    # With {V}-lane tiles, {L // V} calls per tile, one per {V} lanes of the group.
+                    if Wo >= {TW}:
+                        for t in range((Wo + {TW - 1}) // {TW}):
+                            col0 = min(t * {TW}, Wo - {TW})
+                            for s in range(0, {L}, {V}):
+                                conv_tile(buf, o + (h * W + col0) * {L} + s, W * {L}, H * W * {L}, C, wp,
+                                          (mb - mb0) * nw, bias, m0, acc, ((h - h0) * Wo + col0) * {MB * L} + s)
+                    else:
+                        for col0 in range(Wo):
+                            for s in range(0, {L}, {V}):
+                                conv_tile1(buf, o + (h * W + col0) * {L} + s, W * {L}, H * W * {L}, C, wp,
+                                           (mb - mb0) * nw, bias, m0, acc, ((h - h0) * Wo + col0) * {MB * L} + s)'''
+    return f'''"""Generated by convforge.conv.cpu_parallel for K={K}, MB={MB}, TW={TW}, vector={V}, pool={P}, act={act} (transpose v{TRANSPOSE_VERSION}, tile v{TILE_VERSION}, pool v{POOL_VERSION}, pooled tile {PT} v{PTILE_VERSION}, prefetch {PREFETCH})."""
 import numpy as np
 
-from convforge.conv.cpu_parallel import pool_kernel, tile_kernel, transposed_store
+from convforge.conv.cpu_parallel import pool_kernel, pooled_tile_kernel, prefetch_write, tile_kernel, transposed_store
 
 store_transposed16 = transposed_store()
+prefetchw = prefetch_write()
 conv_tile = tile_kernel({K}, {MB}, {TW}, {V})
 conv_tile1 = tile_kernel({K}, {MB}, 1, {V})
+conv_ptile = pooled_tile_kernel({K}, {MB}, {TW}, {V}, {act}) if {PT} else None
+conv_ptile2 = pooled_tile_kernel({K}, {MB}, 2, {V}, {act}) if {PT} else None
 pool_act = pool_kernel({max(P, 1)}, {MB}, {act})
 
 
@@ -431,22 +635,7 @@ def conv(x, w, bias, y, M, g0, g1, mb0, mb1):
             m0 = mb * {MB}
             for h0 in range(0, Hc, band):
                 h1 = min(h0 + band, Hc)
-                for h in range(h0, h1):
-                    # Tiles of {TW} columns x {MB} maps, each summed over all (c, p, q) in registers; the
-                    # last tile ends at Wo, overlapping its neighbour (same values).
-                    # With {V}-lane tiles, {L // V} calls per tile, one per {V} lanes of the group.
-                    if Wo >= {TW}:
-                        for t in range((Wo + {TW - 1}) // {TW}):
-                            col0 = min(t * {TW}, Wo - {TW})
-                            for s in range(0, {L}, {V}):
-                                conv_tile(buf, o + (h * W + col0) * {L} + s, W * {L}, H * W * {L}, C, wp,
-                                          (mb - mb0) * nw, bias, m0, acc, ((h - h0) * Wo + col0) * {MB * L} + s)
-                    else:
-                        for col0 in range(Wo):
-                            for s in range(0, {L}, {V}):
-                                conv_tile1(buf, o + (h * W + col0) * {L} + s, W * {L}, H * W * {L}, C, wp,
-                                           (mb - mb0) * nw, bias, m0, acc, ((h - h0) * Wo + col0) * {MB * L} + s)
-{pooled}
+{tiles}{pooled}
                 # Back to y's layout, the band's rows as one run of each (image, map) plane.
                 for mm in range(min({MB}, M - m0)):
                     first = (b0 * M + m0 + mm) * plane + r0
@@ -467,15 +656,16 @@ _LOCK = threading.Lock()
 
 
 def get_kernel(kernel: int, block: int, pool: int = 0, act: int = 0, width: Optional[int] = None,
-               vector: Optional[int] = None):
-    """The compiled kernel for (K, MB[, pool, activation, TW, vector lanes]), compiled (or loaded from the
-    disk cache) once per process."""
+               vector: Optional[int] = None, pooled_tile: bool = False):
+    """The compiled kernel for (K, MB[, pool, activation, TW, vector lanes, pooled tile]), compiled (or loaded
+    from the disk cache) once per process."""
     width, vector = width or choose_width(block), vector or VECTOR
     with _LOCK:
-        key = (kernel, block, pool, act, width, vector)
+        key = (kernel, block, pool, act, width, vector, bool(pooled_tile))
         if key not in _KERNELS:
-            name = f"cpu_parallel_k{kernel}_mb{block}_tw{width}_v{vector}" + (f"_p{pool}_a{act}" if pool else "")
-            _KERNELS[key] = jit_generated(name, kernel_source(kernel, block, pool, act, width, vector),
+            name = (f"cpu_parallel_k{kernel}_mb{block}_tw{width}_v{vector}" + (f"_p{pool}_a{act}" if pool else "")
+                    + ("_pt" if pooled_tile else ""))
+            _KERNELS[key] = jit_generated(name, kernel_source(kernel, block, pool, act, width, vector, pooled_tile),
                                           "conv", nogil=True, fastmath={"contract"})
         return _KERNELS[key]
 
@@ -533,14 +723,20 @@ def _prepare(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Opt
     maps, channels, kernel, kernel_w = weight.shape
     if kernel != kernel_w:
         raise ValueError(f"square kernels only, got {kernel}x{kernel_w}")
-    block, width, vector = (tuple(config) + (None,))[:3] if config else (choose_block(maps, kernel), None, None)
+    if config:      # (MB, TW[, vector lanes[, pooled tile]])
+        block, width, vector, pooled_tile = (tuple(config) + (None, None))[:4]
+        pooled_tile = bool(pooled_tile)
+    elif pool == 2 and POOLED_TILES and VECTOR == 16:
+        (block, width), vector, pooled_tile = choose_pooled(maps), None, True
+    else:
+        block, width, vector, pooled_tile = choose_block(maps, kernel), None, None, False
     padded = -(-maps // block) * block  # maps rounded up to whole blocks: zero weights, never written out
     w = np.zeros((padded, channels, kernel, kernel), np.float32)
     w[:maps] = weight.detach().to(torch.float32).numpy()
     b = np.zeros(padded, np.float32)
     if bias is not None:
         b[:maps] = bias.detach().to(torch.float32).numpy()
-    fn = get_kernel(kernel, block, pool, ACTIVATION_CODES[activation] if pool else 0, width, vector)
+    fn = get_kernel(kernel, block, pool, ACTIVATION_CODES[activation] if pool else 0, width, vector, pooled_tile)
     blocks = padded // block
     # Compile now (a one-image call of the same types), so the first timed call runs compiled code.
     fn(np.zeros((1, channels, kernel, kernel), np.float32), w, b, np.empty((1, maps, 1, 1), np.float32),

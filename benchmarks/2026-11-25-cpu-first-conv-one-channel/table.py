@@ -1,0 +1,29 @@
+"""(Copied from ../2026-11-25-cpu-whole-network-avx2-tiles/table.py.) The README's table from a `convforge bench --whole --device cpu` JSON: per preset the four candidates' ms,
+convforge's ratio to the faster of ORT/OpenVINO, % of the run's floor (and of a floor at the idle FMA peak
+given as --peak GFLOP/s), the accuracies and each row's 1-minute loadavg."""
+import json
+import sys
+
+rows = json.load(open(sys.argv[1]))
+peak = float(sys.argv[2]) if len(sys.argv) > 2 else None
+names = {"convforge (cpu-parallel)": "cf", "torch eager": "torch", "onnxruntime": "ort", "openvino": "ov"}
+by = {}
+for r in rows:
+    by.setdefault(r["model"], {})[names.get(r["candidate"], r["candidate"])] = r
+env = rows[0]
+print(f"ceilings in this run: FMA peak {env['fma_gflops']:.1f} GFLOP/s, fp32 matmul {env['matmul_gflops']:.1f} GFLOP/s, "
+      f"copy {env['copy_gbps']:.1f} GB/s")
+head = "| preset | convforge ms | torch eager ms | ORT ms | OpenVINO ms | x faster of ORT/OV | % of floor (run's peak) |"
+head += " % of floor at idle peak |" if peak else ""
+print(head + " floor ms | accuracy cf / torch / ORT / OV | loadavg cf / torch / ORT / OV |")
+print("|" + "---|" * (head.count("|") - 1 + 3))
+for model, c in by.items():
+    cf = c["cf"]
+    total_flops = cf["gflops"] * 1e9 * cf["ms"] / 1e3   # the network's FLOPs (GFLOP/s x seconds)
+    line = (f"| {model} | {cf['ms']:.0f} | {c['torch']['ms']:.0f} | {c['ort']['ms']:.0f} | {c['ov']['ms']:.0f} | "
+            f"{cf['speedup_vs_best_of_ort_openvino']:.2f}x | {cf['pct_floor']:.0f} % |")
+    if peak:
+        line += f" {100 * total_flops / (peak * 1e9) / (cf['ms'] / 1e3):.0f} % |"
+    acc = " / ".join(f"{c[k]['accuracy']:.4f}" for k in ("cf", "torch", "ort", "ov"))
+    load = " / ".join(f"{c[k]['loadavg_1min']:.1f}" for k in ("cf", "torch", "ort", "ov"))
+    print(line + f" {cf['floor_ms']:.0f} | {acc} | {load} |")
