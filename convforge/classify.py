@@ -42,7 +42,7 @@ from typing import Callable, Iterator, Optional
 import numpy as np
 
 from convforge.errors import UserError
-from convforge.files import atomic_path, file_mode
+from convforge.files import atomic_path, publish
 
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg"}
@@ -903,8 +903,7 @@ def _assemble_csv(part: Path, index: list, result: dict, dist: _Distributed) -> 
     step(create)
     step(copy)
     if dist.rank == 0:
-        os.chmod(tmp, file_mode())
-        os.replace(tmp, dest)
+        publish(tmp, dest)
 
 
 # ----------------------------------------------------------------------------------------- command

@@ -16,7 +16,7 @@ from typing import Callable, Optional
 from convforge.errors import UserError
 
 
-def file_mode() -> int:
+def _file_mode() -> int:
     """The mode a plain open() would give a new file (mkstemp makes 0600, which would hide shared caches)."""
     umask = os.umask(0)
     os.umask(umask)
@@ -44,7 +44,7 @@ def write_files_atomically(files: dict, suffix: str = ".tmp") -> None:
             else:
                 with os.fdopen(fd, "wb") as handle:
                     handle.write(payload)
-            os.chmod(tmp, file_mode())
+            os.chmod(tmp, _file_mode())
         for tmp, path in temporary:
             os.replace(tmp, path)
     finally:
@@ -62,10 +62,17 @@ def atomic_path(path: Path, suffix: str = ".tmp"):
     os.close(fd)
     try:
         yield Path(tmp)
-        os.chmod(tmp, file_mode())
+        os.chmod(tmp, _file_mode())
         os.replace(tmp, path)
     finally:
         Path(tmp).unlink(missing_ok=True)
+
+
+def publish(tmp: Path, path: Path) -> None:
+    """Rename a finished temporary file (written beside ``path`` by several processes, e.g. the ranks of a
+    distributed run) over ``path``, with the mode a plain open() would give it."""
+    os.chmod(tmp, _file_mode())
+    os.replace(tmp, path)
 
 
 _WARNED: set = set()
