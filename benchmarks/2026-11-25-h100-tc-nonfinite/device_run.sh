@@ -7,7 +7,7 @@
 #   2. at once: scripts/device_gpu.sh fuzz (test_inf_nan and test_matches_reference for cuda-tc-tf32/fp16, sharded),
 #      the GPU tests of the tc kernels, the emulated ones (tests_gpu*.txt, tests_emu.txt)
 # Knobs (the second call used them to fit its time): AB_TIMEOUT, FUZZ_DEADLINE, FUZZ_SHARDS_INF, FUZZ_SHARDS_MATCH,
-# TEST_TIMEOUT, SKIP_CONFIGS=1, SKIP_EMU=1.
+# TEST_TIMEOUT, SKIP_CONFIGS=1, SKIP_EMU=1, FUZZ_JOBS, FUZZ_EXTRA (more FUZZ_SELECT entries).
 set -uo pipefail
 export OUT=${OUT:-/tmp/out} PYTHONUNBUFFERED=1 CONVFORGE_CACHE=/tmp/cfcache
 mkdir -p "$OUT/logs"
@@ -22,7 +22,8 @@ OLD_KERNELS=$PWD/.tcnan/old timeout ${AB_TIMEOUT:-110} python3 $B/ab_time.py --j
 n=${FUZZ_SHARDS_INF:-3}; m=${FUZZ_SHARDS_MATCH:-2}
 sel="test_fuzz_inf_nan_propagate_as_torch[cuda-tc-tf32@cuda]=$n test_fuzz_inf_nan_propagate_as_torch[cuda-tc-fp16@cuda]=$n"
 sel="$sel test_fuzz_matches_reference[cuda-tc-tf32@cuda]=$m test_fuzz_matches_reference[cuda-tc-fp16@cuda]=$m"
-FUZZ_SELECT="$sel" FUZZ_EXAMPLES=1000 FUZZ_JOBS=10 FUZZ_DEADLINE=${FUZZ_DEADLINE:-140} OUT=$OUT/logs \
+sel="$sel ${FUZZ_EXTRA:-}"   # more "id-substring=shards" to fuzz in the same stage
+FUZZ_SELECT="$sel" FUZZ_EXAMPLES=1000 FUZZ_JOBS=${FUZZ_JOBS:-10} FUZZ_DEADLINE=${FUZZ_DEADLINE:-140} OUT=$OUT/logs \
   bash scripts/device_gpu.sh fuzz > "$OUT/logs/fuzz.txt" 2>&1 &
 fuzz=$!
 T="timeout -s INT ${TEST_TIMEOUT:-150} python3 -m pytest -q -p no:cacheprovider -p no:warnings tests/test_cuda_kernels.py"
