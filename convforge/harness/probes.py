@@ -115,26 +115,23 @@ def measure_ceilings(device: str, budget_s: float = DEFAULT_BUDGET_S) -> Ceiling
     read_s = fastest(lambda src: torch.sum(src, dim=0, out=total), [source], budget_s / 4)
     write_s = fastest(lambda value: target.fill_(value), [1.5], budget_s / 4)
     del source, target
-    matmul_gflops = 0.0
-    for n in MATMUL_SIZES[device]:
-        a, b = torch.rand(n, n, device=device), torch.rand(n, n, device=device)
-        product = torch.empty(n, n, device=device)
-        seconds = fastest(lambda left: torch.mm(left, b, out=product), [a], budget_s / len(MATMUL_SIZES[device]))
-        matmul_gflops = max(matmul_gflops, 2 * n ** 3 / seconds / 1e9)
+    def matmul_gflops_at(n: int, dtype: torch.dtype, tf32: bool, budget: float) -> float:
+        a, b = torch.rand(n, n, device=device, dtype=dtype), torch.rand(n, n, device=device, dtype=dtype)
+        product = torch.empty(n, n, device=device, dtype=dtype)
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        try:
+            return 2 * n ** 3 / fastest(lambda left: torch.mm(left, b, out=product), [a], budget) / 1e9
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = False
+
+    sizes = MATMUL_SIZES[device]
+    matmul_gflops = max(matmul_gflops_at(n, torch.float32, False, budget_s / len(sizes)) for n in sizes)
     fma = (fma_peak_gflops(torch.get_num_threads(), budget_s / 2) if device == "cpu"
            else gpu_fma_peak_gflops(budget_s / 4))
     tensor = {}
     if device == "cuda":   # the tensor-core rates that reduced-precision kernels are held to
-        n = MATMUL_SIZES[device][-1]
-        for name, dtype, tf32 in (("tf32_gflops", torch.float32, True), ("fp16_gflops", torch.float16, False)):
-            a, b = torch.rand(n, n, device=device, dtype=dtype), torch.rand(n, n, device=device, dtype=dtype)
-            product = torch.empty(n, n, device=device, dtype=dtype)
-            torch.backends.cuda.matmul.allow_tf32 = tf32
-            try:
-                seconds = fastest(lambda left: torch.mm(left, b, out=product), [a], budget_s / 4)
-            finally:
-                torch.backends.cuda.matmul.allow_tf32 = False
-            tensor[name] = 2 * n ** 3 / seconds / 1e9
+        tensor = {"tf32_gflops": matmul_gflops_at(sizes[-1], torch.float32, True, budget_s / 4),
+                  "fp16_gflops": matmul_gflops_at(sizes[-1], torch.float16, False, budget_s / 4)}
     measured = Ceilings(copy_gbps=2 * nbytes / copy_s / 1e9, matmul_gflops=matmul_gflops, fma_gflops=fma,
                         read_gbps=nbytes / read_s / 1e9, write_gbps=nbytes / write_s / 1e9, **tensor)
     return best_ceilings(device, measured)
