@@ -145,20 +145,27 @@ def test_a_gpu_shared_with_other_work_halves_the_chunk(data_dir, capsys):
 
 @pytest.mark.parametrize("bias", [True, False])
 def test_gpu_dense_layouts_match_float64(bias):
-    """Both cuBLAS layouts the GPU engine chooses between are exact; the choice is made once per batch size
-    (run here on the CPU, where the same code times with a wall clock)."""
+    """Every form the GPU engine's dense layer chooses between is exact, on a transposed (output-major) input
+    too; the choice is made once per batch size (run here on the CPU, where the same code times with a wall
+    clock)."""
     from convforge.engine import GpuDense
     gen = torch.Generator().manual_seed(5)
-    weight = torch.randn(37, 203, generator=gen)
+    weight = torch.randn(37, 4096 + 2048, generator=gen)    # K = 6144: split-K in 16 parts of 384
     b = torch.randn(37, generator=gen) if bias else None
     dense = GpuDense(weight, b)
+    assert dense.variants == GpuDense.VARIANTS and dense.splits == 16
     for rows in (1, 19, 64):
-        x = torch.rand(rows, 203, generator=gen) * 3 - 1
+        x = torch.rand(rows, weight.shape[1], generator=gen) * 3 - 1
         ref = torch.nn.functional.linear(x.double(), weight.double(), b.double() if bias else None)
-        for variant in GpuDense.VARIANTS:
-            out = dense.run(variant, x)
-            assert ((out.double() - ref).norm() / ref.norm()).item() <= 1e-5, variant
+        for variant in dense.variants:
+            for view in (x, x.t().contiguous().t()):
+                out = dense.run(variant, view)
+                assert out.shape == ref.shape
+                assert ((out.double() - ref).norm() / ref.norm()).item() <= 1e-5, variant
         out = dense(x)
-        assert dense.choice[rows] in GpuDense.VARIANTS
+        assert dense.choice[rows] in dense.variants
         assert ((out.double() - ref).norm() / ref.norm()).item() <= 1e-5
     assert sorted(dense.choice) == [1, 19, 64]
+    assert GpuDense(weight[:, :203], b).variants == ("linear", "transposed", "output-major")   # 203: no split
+    with pytest.raises(ValueError, match="unknown dense variant"):
+        dense.run("nonsense", x)
