@@ -136,14 +136,24 @@ def _ready(target: Target) -> None:
 
 # What the fuzzer found on an H200 and is not fixed (docs/reliability.md): expected to fail there.
 KNOWN_DEVIATIONS = {
-    ("matches", "torch-compile@cuda"): "Inductor (torch 2.11, max-autotune-no-cudagraphs, H200) returns a value "
-    "that does not depend on the input for a 3x3 input and a 3x3 kernel: torch's bug (the torch-compile entry "
-    "is a baseline; no convforge kernel is involved)",
     ("inf_nan", "torch@cuda"): "cuDNN (torch 2.11, cuDNN 9.19, H200) returns NaN for every output an Inf input "
     "reaches on some shapes (found: C=12, M=24, K=5 on 9x9, out of 508 cases) where fp32 arithmetic gives +-Inf, "
     "as torch's CPU path does: its algorithm's transforms meet Inf - Inf or Inf * 0 (the torch entry is the "
     "baseline; no convforge kernel is involved)",
 }
+# torch's own bug in the torch-compile baseline (no convforge kernel involved), found on an H200 and seen again on an
+# H100 (torch 2.11, benchmarks/2026-11-26-h100-h200-whole-network-floors/probe.txt): for a one-pixel output (3x3 input,
+# 3x3 kernel) max-autotune picks Inductor's Triton convolution template (BLOCK_M=16, one warp), whose value does not
+# depend on the input, contiguous or not (4 of 4 calls wrong; 5x5 and larger inputs right). Its fuzzing makes
+# a drawn one-pixel output one row taller; test_torch_compile_gpu_one_pixel_output keeps the case as an expected
+# failure.
+TORCH_COMPILE_GPU_ONE_PIXEL_BUG = "Inductor's Triton convolution template on a one-pixel output (torch 2.11)"
+
+
+def _avoids_known_bug(case: "Case", target: Target) -> "Case":
+    if (target.impl.name, target.where) == ("torch-compile", "cuda") and case.H == case.K and case.W == case.K:
+        return replace(case, H=case.H + 1)
+    return case
 
 
 def _known_deviation(request, test: str, target: Target) -> None:
@@ -285,7 +295,9 @@ def _view(x: torch.Tensor, view: str, device: str) -> torch.Tensor:
 
 
 def _fit(case: Case, target: Target) -> Case:
-    """An explicit example as the target can take it: without the fusion when it does not fuse."""
+    """An explicit example as the target can take it: without the fusion when it does not fuse; away from a known
+    torch bug in a baseline entry."""
+    case = _avoids_known_bug(case, target)
     return case if target.impl.fuses or not case.fusion else replace(case, fusion=None)
 
 
@@ -327,6 +339,19 @@ def test_fused_tanh_absolute_error_on_tiny_outputs(target):
     with torch.inference_mode():
         got = _prepared(target, TINY_TANH, w, b)(x.to(target.device)).cpu().double().numpy()
     assert np.abs(got - ref).max() <= 1e-7
+
+
+@pytest.mark.gpu
+@pytest.mark.xfail(reason=TORCH_COMPILE_GPU_ONE_PIXEL_BUG, strict=False)
+def test_torch_compile_gpu_one_pixel_output():
+    """The torch bug the torch-compile@cuda fuzzing steps around, kept visible: it passes once torch fixes it."""
+    target = Target(conv.get("torch-compile"), "cuda")
+    _ready(target)
+    x, w, b = _tensors(MINIMAL_K)
+    with torch.inference_mode():
+        outcome = check_call(_prepared(target, MINIMAL_K, w, b), _view(x, "contiguous", "cuda"),
+                             target.reference(x, w, b, None), target.tolerance)
+    assert outcome.problem is None, outcome.problem
 
 
 @pytest.mark.parametrize("target", TARGETS)
