@@ -162,3 +162,13 @@ def test_gpu_dense_layouts_match_float64(bias):
         assert dense.choice[rows] in GpuDense.VARIANTS
         assert ((out.double() - ref).norm() / ref.norm()).item() <= 1e-5
     assert sorted(dense.choice) == [1, 19, 64]
+
+
+def test_an_implementation_that_reads_the_host_is_refused_for_cuda_graphs():
+    """fft reads max|x| on the host every call (its non-finite check): a graph capture is refused up front."""
+    from convforge.conv import IMPLEMENTATIONS, get
+    engine = Engine.__new__(Engine)
+    engine.device, engine.impl, engine._graphs = "cuda", get("fft"), {}
+    assert not get("fft").graph_safe and all(i.graph_safe for i in IMPLEMENTATIONS if i.name != "fft")
+    with pytest.raises(UserError, match="CUDA graph"):
+        engine.graphed(10)

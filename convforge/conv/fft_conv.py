@@ -252,6 +252,9 @@ def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, input_hw:
 
     def run(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
         shape = check_input(x, weight)
+        if x.is_cuda and torch.cuda.is_current_stream_capturing():   # the read of max|x| would fail there
+            raise RuntimeError("fft reads the input's maximum on the host on every call (its non-finite "
+                               "check): it cannot be captured in a CUDA graph; use another implementation")
         x = x.detach().contiguous()
         target, result = output_buffer(out, shape, x)
         if target.numel() == 0:
