@@ -15,6 +15,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from convforge.harness.bench import SHAPE_SETS
+
 GOAL = 1.3
 ENTRIES = ("fft", "cuda-igemm-3xtf32")
 
@@ -37,7 +39,8 @@ def _load(runs: list[Path]):
 def main(runs: list[Path]) -> None:
     cases, errors = _load(runs)
     for name in ("gpumode", "wide"):
-        keys = [k for k in cases if k[0] == name]
+        order = {shape: i for i, shape in enumerate(SHAPE_SETS[name])}
+        keys = sorted((k for k in cases if k[0] == name), key=lambda k: order.get(k[1], len(order)))
         if not keys:
             continue
         first = cases[keys[0]]["torch"]

@@ -15,9 +15,9 @@ FFT-friendly sizes (factors 2, 3, 5, 7). The bias is added to each tile's DC fre
 Course step: none; beyond the course (its steps are direct and unrolled / implicit-GEMM convolution). It
 reproduces no course optimisation.
 Precision: fp32 FFTs and an fp32 complex product (TF32 switched off for it on every call). The error of an
-FFT is relative to the norm of the whole transformed signal, not to each output; measured 2e-7 to 3.4e-7
-of ||y|| against float64 on the gpu-mode and wide shapes on a CPU, below torch fp32's 1.9e-7 to 2.2e-6
-(the accuracy study: benchmarks/2026-11-26-h100-fft-conv-gpumode-wide). An output much smaller than the
+FFT is relative to the norm of the whole transformed signal, not to each output; measured 1.7e-7 to 5.7e-7
+of ||y|| against float64 on all 39 gpu-mode and wide shapes on an H200 (cuFFT), 2.0e-7 to 3.4e-7 on 12 of
+them on a CPU (benchmarks/2026-11-26-h200-fft-conv-gpumode-wide). An output much smaller than the
 outputs around it (cancellation) gets the same absolute error as its neighbours, so its own relative error
 can be large: the norm-relative 1e-5 of the registry holds, an element-wise one does not.
 Extreme magnitudes: the weights are scaled by a power of two (exact) at prepare, and an input whose largest
@@ -29,10 +29,14 @@ queues the transforms of the unscaled input, and only then reads that maximum on
 meanwhile). A non-finite input is then computed again by the direct path, F.conv2d in float64 rounded to
 fp32 (torch's NaN/Inf positions, exact finite values), an input out of the range above again scaled; non-
 finite weights or bias (known at prepare) take the direct path on every call. The read is a host
-synchronisation on every call: a call cannot be captured in a CUDA graph.
-Bottleneck expected: memory traffic of the spectra (tiles, X and Y spectra, their transposes: about ten
-passes of the input's and the output's size) and the weight spectrum's read per chunk; the complex product
-where C and M are large. K = 1 and 3 layers are served but a GEMM or Winograd does less work there.
+synchronisation on every call: a call cannot be captured in a CUDA graph (it raises a RuntimeError inside
+a capture; the registry marks it graph_safe=False).
+Bottleneck expected: memory traffic of the layout changes around the FFTs (tiles out of the image, the X
+spectrum into and the Y spectrum out of the product's frequency-major layout, cuFFT's c2r input copy, the
+crop into the output): on an H200 these copies took 39-49 % of the GPU time, the complex product 13-26 %,
+the FFTs 27-37 % (torch.profiler, scripts/fft_profile.py). Measured (H200, 2026-11-26, same benchmark):
+2.2-2.6x cuDNN fp32 on gpu-mode's 128-px layers and 22.5x / 47.6x on its 256-px ones; on the wide set 1.3-10.1x
+on 12 of 35 shapes (K >= 5, many channels), 0.13-0.93x on the others (K <= 3, small C, 1024-px images).
 """
 
 from __future__ import annotations
