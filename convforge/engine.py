@@ -320,6 +320,9 @@ class Engine:
         allocator warm-up stay out of the graph), then captures it."""
         if self.device != "cuda":
             raise UserError("CUDA graphs need --device cuda")
+        if not self.impl.graph_safe:
+            raise UserError(f"{self.impl.name} reads device values on the host every call: it cannot be "
+                            "captured in a CUDA graph")
         graph = self._graphs.get(batch)
         if graph is None:
             graph = self._graphs[batch] = GraphedForward(self, batch)

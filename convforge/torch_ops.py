@@ -36,7 +36,10 @@ one-channel cuda-direct design (``runtime_weight_config``). cuda-direct (each la
 constant-bank module) and cuda-auto (may delegate to it) are therefore never ``auto`` candidates; naming
 them (``impl="cuda-direct"``) uses them at their own costs. Reduced-precision kernels (TF32, FP16) are never
 ``auto`` candidates either: the ops promise fp32 results. A kernel is chosen only when it beats torch by
-3 % in the measurement (``MARGIN``), so a near tie stays with torch.
+3 % in the measurement (``MARGIN``), so a near tie stays with torch. fft (FFT convolution) is measured on
+every conv shape on a GPU (``ANY_SHAPE``); its prepare transforms the weights (float64 FFTs, milliseconds
+on a many-channel layer), which a new or changed weight pays again, and it reads a device value on the host
+every call, so inside a CUDA graph capture auto runs torch where it chose fft.
 """
 
 from __future__ import annotations
@@ -80,6 +83,11 @@ CANDIDATES = {
 # no result within 40 s on 1024 x 1024 images, and one such try would blow the 2 s budget by itself.
 MAX_TAPS = 1600          # C * K * K
 MAX_PIXELS = 512 * 512   # H * W of one (padded) input image
+# Candidates measured on any shape, inside the envelope or not: fft (FFT convolution) was written for the
+# many-channel layers beyond it and runs them at 2.2-47.6x cuDNN fp32 on gpu-mode's shapes and at 1.3-10.1x on
+# 12 of 35 wide shapes, losing elsewhere (0.13-0.93x, mostly K <= 3; H200, 2026-11-26,
+# benchmarks/2026-11-26-h200-fft-conv-gpumode-wide): auto's measurement decides per shape.
+ANY_SHAPE = {("cuda", "conv"): ("fft",)}
 
 
 # ------------------------------------------------------------------------------------------ call signature
@@ -194,10 +202,10 @@ def candidates(call: Call) -> list[str]:
     if unserved_reason(call) is not None:
         return ["torch"]
     hp, wp = call.padded_hw
-    if call.C * call.KH * call.KW > MAX_TAPS or hp * wp > MAX_PIXELS:
-        return ["torch"]
+    inside = call.C * call.KH * call.KW <= MAX_TAPS and hp * wp <= MAX_PIXELS
     from convforge import conv
-    names = [n for n in CANDIDATES.get((call.device, call.op), ())
+    names = [n for n in (CANDIDATES.get((call.device, call.op), ()) if inside else ()) +
+             ANY_SHAPE.get((call.device, call.op), ())
              if conv.get(n).unavailable_reason(call.device) is None and n not in PER_WEIGHT_COMPILERS]
     return ["torch"] + names
 
@@ -486,6 +494,10 @@ def forward(call: Call, x, weight, bias, impl: str) -> torch.Tensor:
     """The op's forward: auto's choice or the named implementation."""
     if impl == "auto":
         impl = dispatcher.choose(call, x, weight, bias)
+        if impl != "torch" and x.is_cuda and torch.cuda.is_current_stream_capturing():
+            from convforge import conv
+            if not conv.get(impl).graph_safe:
+                impl = "torch"   # auto's choice reads device values on the host: torch inside a graph capture
     if impl == "torch":
         return torch_forward(call, x, weight, bias)
     reason = unserved_reason(call)

@@ -169,3 +169,13 @@ def test_gpu_dense_layouts_match_float64(bias):
     assert GpuDense(weight[:, :203], b).variants == ("linear", "transposed", "output-major")   # 203: no split
     with pytest.raises(ValueError, match="unknown dense variant"):
         dense.run("nonsense", x)
+
+
+def test_an_implementation_that_reads_the_host_is_refused_for_cuda_graphs():
+    """fft reads max|x| on the host every call (its non-finite check): a graph capture is refused up front."""
+    from convforge.conv import IMPLEMENTATIONS, get
+    engine = Engine.__new__(Engine)
+    engine.device, engine.impl, engine._graphs = "cuda", get("fft"), {}
+    assert not get("fft").graph_safe and all(i.graph_safe for i in IMPLEMENTATIONS if i.name != "fft")
+    with pytest.raises(UserError, match="CUDA graph"):
+        engine.graphed(10)

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from convforge import conv
 from convforge.conv import ConvImpl
-from convforge.harness import bench, probes, timing, verify
+from convforge.harness import bench, check, probes, timing, verify
 from convforge.harness.check import check_call, random_case, reference_layer
 from convforge.errors import UserError
 from convforge.models import ACTIVATIONS, PRESETS, ConvShape
@@ -639,3 +639,38 @@ def test_ceilings_are_the_best_this_machine_has_measured(tmp_path, monkeypatch, 
     (tmp_path / probes.CEILINGS_FILE).write_text("{not json")
     assert probes.best_ceilings("cpu", loaded) == loaded
     assert capsys.readouterr().err.count("damaged") == 1
+
+
+def test_large_outputs_compare_a_part_and_require_the_rest_written(monkeypatch):
+    """Above CHECKED_OUTPUTS the float64 reference covers image 0's leading maps only (bench's 1024-px layers);
+    a wrong value there, or a NaN left anywhere else, still fails the check."""
+    monkeypatch.setattr(check, "CHECKED_OUTPUTS", 2 * 10 * 10)       # image 0, maps 0-1 of (3, 5, 10, 10)
+    case = verify.Case("part", ConvShape(3, 5, 2, 12, 12, 3), seed=4, bias=True)
+    assert case.output_shape == (3, 5, 10, 10) and case.data[3].shape == (1, 2, 10, 10)
+
+    def unwritten_last_map(weight, bias):
+        def run(x, out=None):
+            y = F.conv2d(x, weight, bias)
+            target = torch.full_like(y, float("nan")) if out is None else out
+            target[:, :-1] = y[:, :-1]
+            return target
+        return run
+
+    def wrong_first_map(weight, bias):
+        return lambda x, out=None: _into(out, F.conv2d(x, weight, bias) + (torch.arange(5) == 0).view(1, 5, 1, 1))
+
+    assert verify.verify_impl(fake("right", right), "cpu", [case]).status == "pass"
+    for build, symptom in ((unwritten_last_map, "left NaN or Inf outside"), (wrong_first_map, "relative error")):
+        result = verify.verify_impl(fake(build.__name__, build), "cpu", [case])
+        assert result.status == "FAIL" and symptom in result.failures[0], result.failures
+    fused = verify.Case("part", ConvShape(3, 5, 2, 12, 12, 3), seed=4, fusion=("relu", 2))
+    assert fused.output_shape == (3, 5, 5, 5) and fused.data[3].shape == (1, 5, 5, 5)
+    assert verify.verify_impl(fake("fused", right, fused_right), "cpu", [fused]).status == "pass"
+
+
+def test_random_case_draws_on_the_device_asked():
+    """bench draws its timed inputs where they are used; on the CPU the values are the seeded ones as before."""
+    x, w, b = random_case((2, 3, 5, 5), (4, 3, 3, 3), seed=7, bias=True, device="cpu")
+    g = torch.Generator().manual_seed(7)
+    assert torch.equal(x, torch.rand(2, 3, 5, 5, generator=g) * 255.0 - 64.0)
+    assert x.device.type == w.device.type == b.device.type == "cpu"

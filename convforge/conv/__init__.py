@@ -68,6 +68,7 @@ class ConvImpl:
     fuses: bool = False            # provides prepare_fused (conv + bias + activation + max pool)
     install_hint: str = ""
     compiles_per_shape: bool = False  # compiles at its first call of each input shape, also on a CPU
+    graph_safe: bool = True        # False: a call reads device values on the host (no CUDA graph capture)
 
     @property
     def exact(self) -> bool:
@@ -157,6 +158,12 @@ IMPLEMENTATIONS: tuple[ConvImpl, ...] = (
              "Numba, 16 images per vector, compile-time K and map blocks, in-register transposes, thread pool, "
              "optional fused act + pool", ("numba",), fuses=True, install_hint=_NUMBA),
     ConvImpl("cpu-gemm", "cpu_gemm", ("cpu",), "fp32", "unroll (im2col) + BLAS matrix multiply, chunked"),
+    # -- beyond the course: either device, through torch.fft -----------------------------------------
+    ConvImpl("fft", "fft_conv", ("cpu", "cuda"), "fp32",
+             "FFT convolution as cuDNN's FFT algorithms (no course step): real-FFT tiles (overlap-save), the channel "
+             "sum a complex matrix product per frequency (TF32 off); a non-finite input takes a float64 direct path "
+             "(one host read per call: not CUDA-graph capturable); for many-channel layers with K >= 5",
+             graph_safe=False),
     # -- CUDA C through CuPy/NVRTC (milestones 3 and 4) ----------------------------------------------
     ConvImpl("cuda-naive", "cuda_naive", ("cuda",), "fp32",
              "one thread per output element, global memory only (milestone 3)", ("cupy",), install_hint=_CUPY),

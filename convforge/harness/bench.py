@@ -16,7 +16,8 @@ call against torch's eager conv + activation + pool. Roofline floor = max(bytes 
 FLOPs / matmul rate), both ceilings measured here at start-up (a large device-to-device copy, bytes read
 plus written; an fp32 matrix product with TF32 off); the fused floor counts only the pooled output.
 Every implementation is checked against the float64 reference on the layer's shape (B = 2) before it is
-timed, and not timed if wrong.
+timed, and not timed if wrong; where that output exceeds ``check.CHECKED_OUTPUTS`` elements, image 0's
+leading maps are compared and the rest must be finite. The timed input is drawn on the device.
 
 Each row also records what it ran under: the transparent-huge-page settings, whether torch's CPU
 allocator advises huge pages (THP_MEM_ALLOC_ENABLE, probed), and over its timed calls the minor page faults
@@ -228,10 +229,9 @@ def run_bench(cases: Sequence[BenchCase], impls: Sequence[ConvImpl], device: str
         task = bar.add_task("bench", total=sum(per_case))
         for case in cases:
             shape = case.shape
+            # drawn on the device: the timed input of a wide layer is up to 10^9 values
             x, weight, bias = random_case((shape.B, shape.C, shape.H, shape.W), (shape.M, shape.C, shape.K, shape.K),
-                                          seed=0, bias=case.spec.bias)
-            x, weight = x.to(device), weight.to(device)
-            bias = None if bias is None else bias.to(device)
+                                          seed=0, bias=case.spec.bias, device=device)
             inputs = rotated_inputs(x)
             where = f"{case.spec.label} B={case.batch}"
 

@@ -20,6 +20,11 @@ from convforge.models import ACTIVATIONS
 # that puts a convolution's output near unit size.
 _INPUT_RMS = math.sqrt(255.0 ** 2 / 12 + 63.5 ** 2)
 LARGE_IM2COL_BYTES = 1 << 30   # reference_layer: above this per image, torch's float64 convolution
+# A check compares at most this many outputs with float64 (checked_part). Bench's wide layers of 1024 x 1024
+# images with 128 maps have 268 M outputs at B = 2: drawing, computing and comparing them in float64 on the
+# host took seconds per call, and three of four wide bench chunks ran out of time
+# (benchmarks/2026-11-25-h100-igemm-3xtf32-fix).
+CHECKED_OUTPUTS = 1 << 24
 
 
 def poisoned(shape: Sequence[int], device: str | torch.device = "cpu") -> torch.Tensor:
@@ -48,19 +53,31 @@ def describe_mismatch(out: torch.Tensor | np.ndarray, ref: np.ndarray, limit: in
 
 
 def random_case(shape_x: Sequence[int], shape_w: Sequence[int], seed: int, bias: bool = False,
-                unit_output: bool = False):
+                unit_output: bool = False, device: str | torch.device = "cpu"):
     """Fresh random input, weights (and bias) of the scale the course's layers see; never zeros.
 
     ``unit_output`` scales the weights so the convolution's output is of order 1, where tanh and sigmoid
-    are not saturated and a wrong activation or pooling window shows in the output.
+    are not saturated and a wrong activation or pooling window shows in the output. ``device``: where the
+    values are drawn (its own generator, so other values than the CPU's for the same seed): bench's timed
+    inputs of up to 10^9 values are drawn on the GPU, in milliseconds instead of the CPU's tens of seconds.
     """
-    g = torch.Generator().manual_seed(seed)
-    x = torch.rand(tuple(shape_x), generator=g) * 255.0 - 64.0
+    g = torch.Generator(device).manual_seed(seed)
+    x = torch.rand(tuple(shape_x), generator=g, device=device).mul_(255.0).sub_(64.0)
     fan_in = shape_w[1] * shape_w[2] * shape_w[3]
     weight_std = 2.0 / (_INPUT_RMS * math.sqrt(fan_in)) if unit_output else 0.05
-    w = torch.randn(tuple(shape_w), generator=g) * weight_std
-    b = torch.randn(shape_w[0], generator=g) if bias else None
+    w = torch.randn(tuple(shape_w), generator=g, device=device) * weight_std
+    b = torch.randn(shape_w[0], generator=g, device=device) if bias else None
     return x, w, b
+
+
+def checked_part(shape: Sequence[int]) -> tuple[int, int]:
+    """(images, maps): the leading part of an output of ``shape`` (B, M, H, W) that a check compares with the
+    float64 reference: all of it up to CHECKED_OUTPUTS elements, else image 0's first maps (at least one).
+    ``check_call`` then requires the rest of the output to be finite (written over the NaN poison)."""
+    batch, maps, height, width = shape
+    if batch * maps * height * width <= CHECKED_OUTPUTS:
+        return batch, maps
+    return 1, max(1, min(maps, CHECKED_OUTPUTS // max(1, height * width)))
 
 
 def reference_layer(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
@@ -102,17 +119,22 @@ class CallCheck:
     problem: Optional[str] = None
 
 
-def check_call(fn: Callable, x: torch.Tensor, ref: np.ndarray, tolerance: float) -> CallCheck:
+def check_call(fn: Callable, x: torch.Tensor, ref: np.ndarray, tolerance: float,
+               shape: Optional[Sequence[int]] = None) -> CallCheck:
     """Call ``fn(x, out=poisoned)`` and ``fn(x)``; both must match ``ref`` and leave ``x`` unchanged.
 
     With ``out`` given the function must write all of it and return that very tensor (the engine and
-    the benchmark rely on it); without, it must return a float32 tensor of the reference's shape on
-    ``x``'s device. An exception from the function is a failed check, not a crash of the harness.
+    the benchmark rely on it); without, it must return a float32 tensor of the expected shape on
+    ``x``'s device. ``shape``: the whole output's, when ``ref`` covers only its leading images and maps
+    (``checked_part``); then that part is compared and the rest must be finite. An exception from the
+    function is a failed check, not a crash of the harness.
     """
+    shape = tuple(ref.shape) if shape is None else tuple(shape)
+    images, maps = ref.shape[:2]
     original = x.clone()
     worst = 0.0
     for with_out in (True, False):
-        out = poisoned(ref.shape, x.device) if with_out else None
+        out = poisoned(shape, x.device) if with_out else None
         call = f"fn(x, out={'poisoned' if with_out else 'None'})"
         try:
             result = fn(x, out=out) if with_out else fn(x)
@@ -127,12 +149,16 @@ def check_call(fn: Callable, x: torch.Tensor, ref: np.ndarray, tolerance: float)
         if result.dtype != torch.float32 or result.device != x.device:
             return CallCheck(float("inf"), f"{call} returned {result.dtype} on {result.device}, "
                                            f"not float32 on {x.device}")
-        if tuple(result.shape) != ref.shape:
-            return CallCheck(float("inf"), f"{call} returned shape {tuple(result.shape)}, expected {ref.shape}")
-        error = relative_error(result, ref)
+        if tuple(result.shape) != shape:
+            return CallCheck(float("inf"), f"{call} returned shape {tuple(result.shape)}, expected {shape}")
+        compared = result[:images, :maps]
+        if compared.shape != result.shape and not bool(torch.isfinite(result).all()):
+            return CallCheck(float("inf"), f"{call} left NaN or Inf outside the {images} image(s) x {maps} "
+                                           "map(s) compared with float64")
+        error = relative_error(compared, ref)
         if not error <= tolerance:
             return CallCheck(error, f"{call}: relative error {error:.3g} > {tolerance:g}; "
-                                    f"{describe_mismatch(result, ref)}")
+                                    f"{describe_mismatch(compared, ref)}")
         worst = max(worst, error)
     return CallCheck(worst)
 

@@ -26,7 +26,8 @@ from convforge.conv import ConvImpl
 from convforge.engine import resolve_device
 from convforge.errors import UserError
 from convforge.harness import DEFAULT_RANDOM_CASES
-from convforge.harness.check import check_call, describe_exception, progress_bar, random_case, reference_layer
+from convforge.harness.check import (check_call, checked_part, describe_exception, progress_bar, random_case,
+                                     reference_layer)
 from convforge.models import PRESETS, Architecture, Conv, ConvShape, fusion_after
 
 VERIFY_BATCH = 2                  # preset layers are checked at this batch size
@@ -84,7 +85,16 @@ class Case:
         x, w, b = random_case((s.B, s.C, s.H, s.W), (s.M, s.C, s.K, s.K), self.seed, bias=self.bias,
                               unit_output=self.fusion is not None)
         activation, pool = self.fusion or (None, None)
-        return x, w, b, reference_layer(x, w, b, activation, pool)
+        images, maps = checked_part(self.output_shape)   # a large layer: image 0's first maps in float64
+        return x, w, b, reference_layer(x[:images], w[:maps], None if b is None else b[:maps], activation, pool)
+
+    @property
+    def output_shape(self) -> tuple[int, int, int, int]:
+        """The shape of the output (pooled when fused)."""
+        s = self.shape
+        height, width = s.out_hw
+        pool = self.fusion[1] if self.fusion else 1
+        return s.B, s.M, height // pool, width // pool
 
     def describe(self) -> str:
         s = self.shape
@@ -186,7 +196,7 @@ def verify_impl(impl: ConvImpl, device: str, cases: Iterable[Case], progress=Non
                 result.failures.append(f"{case.describe()}: prepare raised {describe_exception(exc)}")
                 result.max_error = float("inf")
                 continue
-            outcome = check_call(fn, x, ref, impl.tolerance)
+            outcome = check_call(fn, x, ref, impl.tolerance, case.output_shape)
             result.max_error = max(result.max_error, outcome.error)
             if outcome.problem:
                 result.failures.append(f"{case.describe()}: {outcome.problem}")
