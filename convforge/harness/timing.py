@@ -17,7 +17,7 @@ try:
 except ImportError:  # pragma: no cover
     resource = None
 
-from convforge.engine import Stopwatch
+from convforge.engine import LEAD_CYCLES, Stopwatch  # noqa: F401 (LEAD_CYCLES: part of this API)
 from convforge.harness import DEFAULT_BUDGET_S, DEFAULT_WARMUP, MAX_REPEATS, MIN_REPEATS, TIMINGS
 from convforge.harness.gpu_clocks import GpuSampler
 
@@ -74,10 +74,6 @@ def load_fields(before: Counters, after: Counters, calls: int) -> dict:
     return {"minflt_per_call": (after.minflt - before.minflt) / max(calls, 1), "loadavg_1m": loadavg,
             "other_cpu_pct": other, "steal_pct": steal}
 
-
-# the spin ahead of a GPU-timed call: about 0.5 ms at 2 GHz, longer than the host's launch work for any
-# implementation here, so the timed kernels are queued before the start event fires
-LEAD_CYCLES = 1_000_000
 
 
 def lead_cycles(device: str, timing: str) -> int:
