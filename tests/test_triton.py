@@ -298,6 +298,16 @@ def test_rejects_bad_input():
         fn(x, out=torch.empty(1, 3, 5, 5, device=DEVICE))  # wrong out shape
 
 
+@pytest.mark.parametrize("name", ["triton-direct", "triton-fused-layer"])
+def test_direct_kernels_refuse_kernels_past_unrolling(name):
+    """They unroll every tap: a 12 x 12 kernel is refused in prepare with a pointer to the GEMM entries; 11 x 11
+    is served."""
+    impl = conv.get(name)
+    with pytest.raises(ValueError, match="unrolls all 12x12 taps.*triton-gemm"):
+        impl.prepare(torch.randn(2, 3, 12, 12, device=DEVICE))
+    impl.prepare(torch.randn(2, 3, 11, 11, device=DEVICE))
+
+
 def _supported_triton() -> str:
     """The triton requirement pyproject.toml states for the 'triton' extra, e.g. 'triton>=3.6,<3.10'."""
     return re.search(r'^triton = \["(triton[^"]*)"\]', (REPO / "pyproject.toml").read_text(), re.M).group(1)

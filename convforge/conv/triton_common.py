@@ -200,6 +200,19 @@ class TileConfig:
                 + (f" maxnreg={self.maxnreg}" if self.maxnreg else ""))
 
 
+MAX_UNROLLED_KERNEL = 11   # the direct kernels unroll every K x K tap, so their compile time grows with K*K
+
+
+def check_kernel_size(kernel: int, name: str) -> None:
+    """triton-direct and triton-fused-layer make every tap offset an immediate (all K x K taps unrolled): on an
+    H200 triton-direct did not get through the four long-reduction layers of tests/test_fuzz.py (K 9 to 32) in
+    420 s, so kernels past 11 x 11 are refused with a pointer to the implicit-GEMM entries, whose reduction loop
+    runs at run time (benchmarks/2026-11-26-h200-igemm-tc-sanitize-fuzz)."""
+    if kernel > MAX_UNROLLED_KERNEL:
+        raise ValueError(f"{name} unrolls all {kernel}x{kernel} taps at compile time and serves kernels up to "
+                         f"{MAX_UNROLLED_KERNEL}x{MAX_UNROLLED_KERNEL}; use triton-gemm or cuda-igemm-3xtf32 here")
+
+
 UNROLL_MAX_TAPS = 64   # C*K*K up to which the channel loop is unrolled too: the one-channel layers
 
 

@@ -219,6 +219,7 @@ def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, config: O
     maps, channels, kernel, kernel_w = weight.shape
     if kernel != kernel_w:
         raise ValueError(f"square kernels only, got {kernel}x{kernel_w}")
+    common.check_kernel_size(kernel, "triton-direct")
     cfg = config or choose_config(maps, channels, kernel)
     plan = common.plan_maps(maps, cfg.positions_per_thread, cfg.max_per_pass)
     packed = common.pack_weights(weight, plan.width)

@@ -231,6 +231,7 @@ def _prepare(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Opt
     maps, channels, kernel, kernel_w = weight.shape
     if kernel != kernel_w:
         raise ValueError(f"square kernels only, got {kernel}x{kernel_w}")
+    common.check_kernel_size(kernel, "triton-fused-layer")
     if activation not in common.ACTIVATION_CODES:
         raise ValueError(f"unknown activation {activation!r}; choose tanh, relu, sigmoid or None")
     if pool < 1:
