@@ -148,13 +148,13 @@ def test_choose_block(monkeypatch, vector):
     """Per ISA: the fewest padded maps, then the most FMAs per load; accumulators, input vectors and a
     broadcast always within the registers."""
     from convforge.conv import cpu_parallel
-    accumulators, max_block, registers = cpu_parallel.TILES[vector]
-    for name, value in zip(("TILE_ACCUMULATORS", "MAX_BLOCK", "REGISTERS"), cpu_parallel.TILES[vector]):
+    accumulators, max_block, registers, _ = cpu_parallel.TILES[vector]
+    for name, value in zip(cpu_parallel.TILE_NAMES, cpu_parallel.TILES[vector]):
         monkeypatch.setattr(cpu_parallel, name, value)
     chosen = {m: (cpu_parallel.choose_block(m, 5), cpu_parallel.choose_width(cpu_parallel.choose_block(m, 5)))
               for m in (4, 6, 12, 16, 24, 50)}
     if vector == 16:
-        assert chosen == {4: (4, 4), 6: (3, 5), 12: (4, 4), 16: (4, 4), 24: (4, 4), 50: (5, 3)}
+        assert chosen == {4: (4, 6), 6: (6, 4), 12: (6, 4), 16: (4, 6), 24: (6, 4), 50: (5, 4)}
     else:
         assert chosen == {4: (4, 3), 6: (6, 2), 12: (4, 3), 16: (4, 3), 24: (4, 3), 50: (5, 2)}
     for maps in range(1, 60):
@@ -221,8 +221,8 @@ def test_parallel_pooled_tiles(case, config):
 def test_choose_pooled(monkeypatch, vector):
     """The pooled tile's (MB, TW): TW even, accumulators, inputs and a broadcast within the registers."""
     from convforge.conv import cpu_parallel
-    accumulators, max_block, registers = cpu_parallel.TILES[vector]
-    for name, value in zip(("TILE_ACCUMULATORS", "MAX_BLOCK", "REGISTERS"), cpu_parallel.TILES[vector]):
+    _, max_block, registers, accumulators = cpu_parallel.TILES[vector]
+    for name, value in zip(cpu_parallel.TILE_NAMES, cpu_parallel.TILES[vector]):
         monkeypatch.setattr(cpu_parallel, name, value)
     if vector == 16:
         assert {m: cpu_parallel.choose_pooled(m) for m in (4, 6, 12, 50)} == {4: (2, 4), 6: (2, 4), 12: (2, 4), 50: (2, 4)}

@@ -5,7 +5,8 @@ against float64 on 37 images (a partial group), NaN-poisoned output.
 
 Variants: main (x and y as (B, C, H, W), overlapping last tiles: main's kernels), lanes (x and/or y in the lane
 layout where the engine now uses it), lanes+rem (and a row's last Wo % TW columns by a tile that wide),
-lanes-nopf / main-nopf (lanes+rem / main without the pooled tiles' PREFETCHW of their output lines).
+lanes-nopf / main-nopf (lanes+rem / main without the pooled tiles' PREFETCHW of their output lines),
+cfg:MB,TW[,16,1] (lanes+rem with that register tile; 16,1: the pooled tile).
 
     PYTHONPATH=. python3 benchmarks/2026-11-26-cpu-lane-layout/ab_layers.py [--layers sp18-L2 ...] [--rounds 11]
 """
@@ -55,15 +56,19 @@ def from_lanes(y, rows):
 def prepared(spec, w, b, variant):
     """(fn, lanes_in, lanes_out, per-image output shape) of one variant."""
     maps, channels, height, width, kernel, activation, pool, lanes_in, lanes_out = spec
+    config = None
+    if variant.startswith("cfg:"):     # cfg:MB,TW[,pooled]: lanes+rem with that register tile
+        config = tuple(int(v) for v in variant[4:].split(","))
+        variant = "lanes+rem"
     lanes, remainder, prefetch = VARIANTS[variant]
     lanes_in, lanes_out = lanes_in and lanes, lanes_out and lanes
     saved = cpu_parallel.REMAINDER_TILES, cpu_parallel.PREFETCH_OUTPUT
     cpu_parallel.REMAINDER_TILES, cpu_parallel.PREFETCH_OUTPUT = remainder, prefetch
     try:
         if pool:
-            fn = cpu_parallel.prepare_fused(w, b, activation, pool, lanes_in=lanes_in, lanes_out=lanes_out)
+            fn = cpu_parallel.prepare_fused(w, b, activation, pool, config=config, lanes_in=lanes_in, lanes_out=lanes_out)
         else:
-            fn = cpu_parallel.prepare_lanes(w, b, lanes_in, lanes_out)
+            fn = cpu_parallel.prepare_lanes(w, b, lanes_in, lanes_out, config=config)
     finally:
         cpu_parallel.REMAINDER_TILES, cpu_parallel.PREFETCH_OUTPUT = saved
     ho, wo = height - kernel + 1, width - kernel + 1

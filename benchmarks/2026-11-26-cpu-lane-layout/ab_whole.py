@@ -1,6 +1,6 @@
 """Whole-network A/B in one process: the CPU engine (cpu-parallel, the arena) with the layers handing each other
-(B, C, H, W) tensors and overlapping last tiles (main's way: engine.lanes_next patched to False and
-cpu_parallel.REMAINDER_TILES off while it is built) and with this branch's lane layout between them and remainder
+(B, C, H, W) tensors, overlapping last tiles and 16-accumulator tiles (main's way: engine.lanes_next patched to
+False, cpu_parallel.REMAINDER_TILES off and TILE_ACCUMULATORS 16 while it is built) and with this branch's lane layout between them and remainder
 tiles (ab_whole_1.txt: the lane layout alone, before the remainder tiles existed), the two engines called in turn round after round on the same images (random 0..255
 pixels), so that load from other work hits both alike. Median and min of the rounds, the per-round ratio, the
 1-minute loadavg, both engines' logits against the float64 reference on the first 64 images, and their
@@ -23,15 +23,19 @@ from convforge.harness.check import relative_error
 from convforge.models import forward_with, load_preset
 
 
-def engine(network, new):
-    saved = engine_module.lanes_next, cpu_parallel.REMAINDER_TILES
+MAIN_ACCUMULATORS = {16: 16, 8: 12}   # main's unpooled register tiles (before the 4 x 6 tiles)
+
+
+def engine(network, new, chunk=None):
+    saved = engine_module.lanes_next, cpu_parallel.REMAINDER_TILES, cpu_parallel.TILE_ACCUMULATORS
     if not new:
         engine_module.lanes_next = lambda walk, j: False
         cpu_parallel.REMAINDER_TILES = False
+        cpu_parallel.TILE_ACCUMULATORS = MAIN_ACCUMULATORS[cpu_parallel.VECTOR]
     try:
-        return Engine(network, impl="cpu-parallel", device="cpu")
+        return Engine(network, impl="cpu-parallel", device="cpu", chunk=chunk)
     finally:
-        engine_module.lanes_next, cpu_parallel.REMAINDER_TILES = saved
+        engine_module.lanes_next, cpu_parallel.REMAINDER_TILES, cpu_parallel.TILE_ACCUMULATORS = saved
 
 
 def loadavg():
@@ -44,13 +48,17 @@ def main():
     ap.add_argument("--images", type=int, default=10000)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--chunks", type=int, nargs="*", help="compare chunk sizes instead (this branch's engine)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     print(f"whole-network A/B, {args.images} images, threads={args.threads}, rounds={args.rounds}, "
           f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC, loadavg {open('/proc/loadavg').read().strip()}")
     for name in args.presets:
         network = load_preset(name)
-        engines = {"main": engine(network, False), "lanes": engine(network, True)}
+        if args.chunks:     # this branch's engine at several chunk sizes, the first one the base
+            engines = {f"chunk{c}": engine(network, True, c) for c in args.chunks}
+        else:
+            engines = {"main": engine(network, False), "lanes": engine(network, True)}
         size = network.architecture.input_size
         images = np.random.default_rng(len(name)).integers(0, 256, (args.images, size, size), dtype=np.uint8)
         x = torch.from_numpy(images).float().unsqueeze(1)
@@ -69,13 +77,15 @@ def main():
                     t0 = time.perf_counter()
                     e.forward(x, timed=False)
                     times[v].append(time.perf_counter() - t0)
-        same = np.array_equal(logits["main"].argmax(1), logits["lanes"].argmax(1))
+        names = list(engines)
         for v in engines:
             print(f"{name:9s} {v:5s}: median {statistics.median(times[v]) * 1e3:8.1f} ms  min {min(times[v]) * 1e3:8.1f} ms"
                   f"  err {errs[v]:.1e}  loadavg {min(loads):.2f}-{max(loads):.2f}", flush=True)
-        ratio = [b / a for a, b in zip(times["main"], times["lanes"])]
-        print(f"{name:9s} lanes/main per round: median {statistics.median(ratio):.3f} (min {min(ratio):.3f}, "
-              f"max {max(ratio):.3f}); same predictions: {same}", flush=True)
+        for v in names[1:]:
+            same = np.array_equal(logits[names[0]].argmax(1), logits[v].argmax(1))
+            ratio = [b / a for a, b in zip(times[names[0]], times[v])]
+            print(f"{name:9s} {v}/{names[0]} per round: median {statistics.median(ratio):.3f} (min {min(ratio):.3f}, "
+                  f"max {max(ratio):.3f}); same predictions: {same}", flush=True)
 
 
 if __name__ == "__main__":

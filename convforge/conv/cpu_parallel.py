@@ -3,14 +3,15 @@
 Technique: images are taken 16 at a time (one float32 lane of a 512-bit register each) and repacked so the 16
 images' copies of a pixel are adjacent: xp[c, row, col * 16 + lane]. Every output row is then a perfectly
 vectorisable sum with no edge cases (any W, any K, 100 % of the lanes in use). An output row is computed in
-register tiles of TW columns x MB maps x VECTOR lanes (per ISA, TILES: AVX-512 up to 16 zmm accumulators of
+register tiles of TW columns x MB maps x VECTOR lanes (per ISA, TILES: AVX-512 up to 24 zmm accumulators of
 16 lanes; AVX2 up to 12 ymm accumulators of 8 lanes, the tile run once per half of the 16-image group; MB
-chosen to pad M as little as possible, then for the most FMAs per load: 4 x 4 on AVX-512 and 4 x 3 on AVX2
-on the 12-, 16- and 24-map layers): the accumulators start at the bias and stay in registers over the whole
+chosen to pad M as little as possible, then for the most FMAs per load: 4 x 6 (16 maps) and 6 x 4 (12, 24)
+on AVX-512, 4 x 3 on AVX2; a row's last Wo % TW columns by a tile that wide): the accumulators start at the bias and stay in registers over the whole
 C x K x K reduction; for each (c, p, q) the TW input vectors are loaded, then the MB weights broadcast from L1
 (packed per call as [block][c][p][q][map]) one at a time, each feeding TW fused multiply-adds (accumulators +
-TW + 1 live registers: no spill within AVX2's 16). The last tile of a row ends at Wo, overlapping
-its neighbour (same values). The tile is an LLVM intrinsic (tile_kernel: Numba has no vector types and
+TW + 1 live registers: no spill within AVX2's 16). A row's last Wo % TW columns get a tile that wide
+(REMAINDER_TILES; before 2026-11-26 a whole tile ending at Wo, overlapping its neighbour: sp19's second layer
+computed 20 columns for 18). The tile is an LLVM intrinsic (tile_kernel: Numba has no vector types and
 vectorises only innermost loops, so a Numba loop cannot keep accumulators in registers across the reduction),
 generated per (K, MB, TW). Before 2026-11-21 the weights of one (c, p), MB x K of them, sat in registers
 instead (MB <= 25 / K, so only 2 maps for 16 maps of 7x7) and the accumulators made a round trip through L1
@@ -67,16 +68,22 @@ LANES = 16          # images per group: the lane layout of the repacked input an
 
 # The register tile, per ISA (VECTOR: float32 lanes of one register, the tile's vector width): at most
 # TILE_ACCUMULATORS accumulators (TW * MB), MAX_BLOCK maps, and accumulators + TW input vectors + one weight
-# broadcast within REGISTERS.
-# AVX-512 (32 zmm): 16 accumulators of 16 lanes (24 spills on K = 7), MB at most 8.
+# broadcast within REGISTERS; the pooled tile (2 rows) at most POOLED_ACCUMULATORS.
+# AVX-512 (32 zmm): 24 accumulators of 16 lanes (4 maps x 6 columns on the 16-map layers, 6 x 4 on the 24-map
+# ones: 24 + TW + 1 <= 32, no spill since the tile loads its inputs before one broadcast at a time; per-layer
+# A/B at 2 threads, B = 2048, 4 x 6 / 4 x 4: sp18 L2 0.981, sp19 L2 0.961, fa19 L2 0.940-0.950, fa18 L2
+# 0.955-0.978, fa20 L2 0.967; benchmarks/2026-11-26-cpu-lane-layout/ab_layers_tiles_*.txt; 16 before), MB at
+# most 8; the pooled tile keeps 16 (24 spilled there: 1.3-1.5x slower, benchmarks/2026-11-25-cpu-first-conv-one-channel).
 # AVX2 (16 ymm): 12 accumulators of 8 lanes, the tile run twice per position (the group's lanes 0-7, then
 # 8-15), so that 12 + TW + 1 fit the 16 ymm. Before 2026-11-25 the AVX2 tile was the AVX-512 one with 6
 # accumulators of 16 lanes, but MB = 8 maps (TW = 1) on the 16- and 24-map layers, i.e. 16 ymm of
 # accumulators alone, which spilled: 40-45 GFLOP/s of the ~92 peak on an AVX2-only Zen 3. The A/B is in
 # benchmarks/2026-11-25-cpu-whole-network-avx2-tiles/.
-TILES = {16: (16, 8, 32), 8: (12, 12, 16)}   # VECTOR -> (TILE_ACCUMULATORS, MAX_BLOCK, REGISTERS)
+# VECTOR -> (TILE_ACCUMULATORS, MAX_BLOCK, REGISTERS, POOLED_ACCUMULATORS)
+TILES = {16: (24, 8, 32, 16), 8: (12, 12, 16, 12)}
+TILE_NAMES = ("TILE_ACCUMULATORS", "MAX_BLOCK", "REGISTERS", "POOLED_ACCUMULATORS")
 VECTOR = vector_lanes()
-TILE_ACCUMULATORS, MAX_BLOCK, REGISTERS = TILES[VECTOR]
+TILE_ACCUMULATORS, MAX_BLOCK, REGISTERS, POOLED_ACCUMULATORS = TILES[VECTOR]
 # 2 x 2 pools fused into the register tile (pooled_tile_kernel) by default with AVX-512; the AVX2 path keeps the
 # band of conv rows and pool_kernel (no AVX2-only CPU to time the pooled tile on; it is tested through config).
 POOLED_TILES = True
@@ -252,13 +259,13 @@ TILE_VERSION = 7  # part of the generated source, like TRANSPOSE_VERSION
 
 def choose_pooled(maps: int) -> tuple[int, int]:
     """(MB, TW) of the pooled tile (pooled_tile_kernel, 2 x 2 pools): TW even, 2 * TW * MB accumulators within
-    TILE_ACCUMULATORS and, with the 2 * TW input vectors and one broadcast, within REGISTERS; the fewest
+    POOLED_ACCUMULATORS and, with the 2 * TW input vectors and one broadcast, within REGISTERS; the fewest
     padded maps, then the most accumulators, then MB nearest 2. Measured on the one-channel first layers
     (benchmarks/2026-11-25-cpu-first-conv-one-channel/, 1 thread): 2 maps x 4 columns beat 4 x 2, 1 x 8,
     1 x 6, 2 x 2 and 1 x 4 on every layer but fa19's (1 x 6 equal); 24 accumulators (6 x 2, 3 x 4, 2 x 6)
     spill and run 1.3-1.5x slower."""
     options = [(mb, tw) for mb in range(1, max(1, min(MAX_BLOCK, maps)) + 1) for tw in range(2, 17, 2)
-               if 2 * tw * mb <= TILE_ACCUMULATORS and 2 * tw * mb + 2 * tw + 1 <= REGISTERS]
+               if 2 * tw * mb <= POOLED_ACCUMULATORS and 2 * tw * mb + 2 * tw + 1 <= REGISTERS]
     return min(options, key=lambda o: (-(-maps // o[0]) * o[0], -2 * o[1] * o[0], abs(o[0] - 2)))
 
 
