@@ -163,8 +163,25 @@ class _Step:
     skip: int = 0  # following layers the conv kernel already applied (fusion)
     tf32: bool = False  # the fast path's dense layers: TF32 tensor cores
     dense: object = None  # the CPU whole-network path's dense layer (convforge.cpu_dense.DenseLayer)
+    # The CPU whole-network path: this step reads / writes cpu-parallel's lane layout (cpu_parallel.lane_shape)
+    lanes_in: bool = False
+    lanes_out: bool = False
     gpu_dense: Optional["GpuDense"] = None  # the GPU exact path's dense layer (cuBLAS, measured layout)
     out_shape: tuple = ()  # per-image output shape (the CPU path's buffers)
+
+
+def lanes_next(walk: list, j: int) -> bool:
+    """Whether the layer at walk[j] (a Flatten skipped) reads cpu-parallel's lane layout on the CPU whole-network
+    path: a conv (cpu-parallel's tiles compute in it), or a dense layer whose tiles take 16-image stripes (the
+    lane layout is one). Then the conv before it writes that layout: no transposes out of and back into it."""
+    while j < len(walk) and isinstance(walk[j][0], Flatten):
+        j += 1
+    if j < len(walk) and isinstance(walk[j][0], Conv):
+        return True
+    if j < len(walk) and isinstance(walk[j][0], Dense):
+        from convforge.cpu_dense import lanes_supported
+        return lanes_supported()
+    return False
 
 
 class Engine:
@@ -191,6 +208,7 @@ class Engine:
         self._warm_batches: set[int] = set()
         self._graphs: dict[int, GraphedForward] = {}
         walk = list(arch.walk())
+        lanes = False   # the previous step wrote the lane layout
         conv_index = 0
         t0 = time.perf_counter()
         i = 0
@@ -206,11 +224,23 @@ class Engine:
                 shape = ConvShape(0, layer.out_channels, *shape_in, layer.kernel)
                 step.result = LayerResult(conv_index, shape, impl.name)
                 if fusion:
-                    activation, pool, step.skip = fusion
-                    step.conv_fn = impl.prepare_fused(weight, bias, activation, pool, input_hw=shape_in[1:])
-                    step.result.fused = (f"{activation}+" if activation else "") + f"maxpool{pool}"
+                    step.skip = fusion[2]
+                step.lanes_in = lanes
+                step.lanes_out = lanes = self.cpu_whole and lanes_next(walk, i + 1 + step.skip)
+                if step.lanes_in or step.lanes_out:
+                    from convforge.conv import cpu_parallel
+                    if fusion:
+                        step.conv_fn = cpu_parallel.prepare_fused(weight, bias, *fusion[:2], lanes_in=step.lanes_in,
+                                                                  lanes_out=step.lanes_out)
+                    else:
+                        step.conv_fn = cpu_parallel.prepare_lanes(weight, bias, step.lanes_in, step.lanes_out)
+                elif fusion:
+                    step.conv_fn = impl.prepare_fused(weight, bias, *fusion[:2], input_hw=shape_in[1:])
                 else:
                     step.conv_fn = impl.prepare(weight, bias, input_hw=shape_in[1:])
+                if fusion:
+                    activation, pool, _ = fusion
+                    step.result.fused = (f"{activation}+" if activation else "") + f"maxpool{pool}"
             elif isinstance(layer, Dense) and precision == "fast":
                 step.tf32 = True
             elif isinstance(layer, Dense) and self.device == "cuda":
@@ -221,7 +251,10 @@ class Engine:
                 activation = following.kind if isinstance(following, Activation) and fuse else None
                 step.skip = 1 if activation else 0
                 step.dense = DenseLayer(self.params[f"{prefix}.weight"], self.params.get(f"{prefix}.bias"),
-                                        activation)
+                                        activation, lanes=lanes)
+                step.lanes_in, lanes = lanes, False
+            elif isinstance(layer, Flatten):
+                step.lanes_in = step.lanes_out = lanes
             step.out_shape = walk[i + step.skip][3]
             self.steps.append(step)
             i += 1 + step.skip
@@ -279,18 +312,25 @@ class Engine:
         for index, step in enumerate(self.steps):
             with self._annotation(step):
                 if step.conv_fn is not None:
-                    out = self._buffer(index, rows, step.out_shape)
                     x = x.contiguous()
+                    if step.lanes_in or step.lanes_out:
+                        from convforge.conv.cpu_parallel import lane_shape
+                        shape = lane_shape(rows, step.out_shape) if step.lanes_out else (rows, *step.out_shape)
+                        args = (x, self._buffer(index, shape[0], shape[1:]), rows)
+                    else:
+                        args = (x, self._buffer(index, rows, step.out_shape))
                     if timed:
                         with Stopwatch(self.device) as watch:
-                            x = step.conv_fn(x, out=out)
+                            x = step.conv_fn(*args)
                         step.result.op_time_s += watch.seconds
                     else:
-                        x = step.conv_fn(x, out=out)
+                        x = step.conv_fn(*args)
                     base = None
                 elif step.dense is not None:
                     dense = step.dense
-                    if base is None:
+                    if step.lanes_in:
+                        base, ld = x.numpy(), dense.k
+                    elif base is None:
                         x = x.reshape(rows, -1).contiguous()
                         base, ld = x.numpy(), dense.k
                     out = self._buffer(index, rows, (dense.np,))
@@ -298,7 +338,7 @@ class Engine:
                     base, ld = out.numpy(), dense.np
                     x = out[:, :dense.n]
                 elif isinstance(step.layer, Flatten) and base is None:
-                    x = x.reshape(rows, -1)
+                    x = x if step.lanes_in else x.reshape(rows, -1)   # the lane layout is flat per group
                 else:
                     x = apply_layer(step.layer, x, self.params, step.prefix)
                     base = None

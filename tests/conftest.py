@@ -74,7 +74,7 @@ def cpu_tiles(request, monkeypatch):
     from convforge.conv import cpu_parallel
     vector = request.param
     monkeypatch.setattr(cpu_parallel, "VECTOR", vector)
-    for name, value in zip(("TILE_ACCUMULATORS", "MAX_BLOCK", "REGISTERS"), cpu_parallel.TILES[vector]):
+    for name, value in zip(cpu_parallel.TILE_NAMES, cpu_parallel.TILES[vector]):
         monkeypatch.setattr(cpu_parallel, name, value)
     for name, value in zip(("MR", "PR", "KC", "NC"), cpu_dense.TILES[vector] + cpu_dense.BLOCKING[vector]):
         monkeypatch.setattr(cpu_dense, name, value)     # the dense layers' tile and blocking of that ISA

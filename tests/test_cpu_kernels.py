@@ -148,13 +148,13 @@ def test_choose_block(monkeypatch, vector):
     """Per ISA: the fewest padded maps, then the most FMAs per load; accumulators, input vectors and a
     broadcast always within the registers."""
     from convforge.conv import cpu_parallel
-    accumulators, max_block, registers = cpu_parallel.TILES[vector]
-    for name, value in zip(("TILE_ACCUMULATORS", "MAX_BLOCK", "REGISTERS"), cpu_parallel.TILES[vector]):
+    accumulators, max_block, registers, _ = cpu_parallel.TILES[vector]
+    for name, value in zip(cpu_parallel.TILE_NAMES, cpu_parallel.TILES[vector]):
         monkeypatch.setattr(cpu_parallel, name, value)
     chosen = {m: (cpu_parallel.choose_block(m, 5), cpu_parallel.choose_width(cpu_parallel.choose_block(m, 5)))
               for m in (4, 6, 12, 16, 24, 50)}
     if vector == 16:
-        assert chosen == {4: (4, 4), 6: (3, 5), 12: (4, 4), 16: (4, 4), 24: (4, 4), 50: (5, 3)}
+        assert chosen == {4: (4, 6), 6: (6, 4), 12: (6, 4), 16: (4, 6), 24: (6, 4), 50: (5, 4)}
     else:
         assert chosen == {4: (4, 3), 6: (6, 2), 12: (4, 3), 16: (4, 3), 24: (4, 3), 50: (5, 2)}
     for maps in range(1, 60):
@@ -221,8 +221,8 @@ def test_parallel_pooled_tiles(case, config):
 def test_choose_pooled(monkeypatch, vector):
     """The pooled tile's (MB, TW): TW even, accumulators, inputs and a broadcast within the registers."""
     from convforge.conv import cpu_parallel
-    accumulators, max_block, registers = cpu_parallel.TILES[vector]
-    for name, value in zip(("TILE_ACCUMULATORS", "MAX_BLOCK", "REGISTERS"), cpu_parallel.TILES[vector]):
+    _, max_block, registers, accumulators = cpu_parallel.TILES[vector]
+    for name, value in zip(cpu_parallel.TILE_NAMES, cpu_parallel.TILES[vector]):
         monkeypatch.setattr(cpu_parallel, name, value)
     if vector == 16:
         assert {m: cpu_parallel.choose_pooled(m) for m in (4, 6, 12, 50)} == {4: (2, 4), 6: (2, 4), 12: (2, 4), 50: (2, 4)}
@@ -278,6 +278,96 @@ def test_parallel_fused_matches_float64(cpu_tiles, case):
     err = relative_error(out, ref)
     assert err <= TOLERANCE, f"{case}: relative error {err:.2e}; {describe_mismatch(out, ref)}"
     assert relative_error(fn(x), ref) <= TOLERANCE
+
+
+def _to_lanes(x: torch.Tensor) -> torch.Tensor:
+    """(B, C, H, W) as cpu-parallel's lane layout (groups, C, H, W, 16); a last partial group's extra lanes NaN, so
+    that any mixing of lanes shows."""
+    groups = -(-x.shape[0] // 16)
+    padded = torch.full((groups * 16, *x.shape[1:]), float("nan"))
+    padded[:x.shape[0]] = x
+    return padded.reshape(groups, 16, *x.shape[1:]).permute(0, 2, 3, 4, 1).contiguous()
+
+
+def _from_lanes(y: torch.Tensor, rows: int) -> torch.Tensor:
+    return y.permute(0, 4, 1, 2, 3).reshape(-1, *y.shape[1:4])[:rows]
+
+
+LANE_CASES = [  # (M, C, H, W, K, activation, pool); pool 0: prepare_lanes (no activation, no pool)
+    (6, 1, 64, 64, 5, "tanh", 2),     # sp18's first layer (AVX-512: the pooled tile)
+    (16, 6, 30, 30, 5, None, 0),      # sp18's second layer, unfused (the dense layer reads its lanes)
+    (24, 12, 33, 33, 5, None, 0),     # fa19's second layer
+    (16, 4, 40, 40, 7, "relu", 4),    # fa20's second layer, pool 4 (band + pool pass)
+    (7, 3, 13, 9, 3, "sigmoid", 2),   # odd maps, channels, W != H (pooled rows narrower than a tile)
+    (5, 2, 7, 11, 1, None, 0),        # K = 1, odd maps
+]
+
+
+@pytest.mark.parametrize("layout", [(False, True), (True, True), (True, False)], ids=["out", "in-out", "in"])
+@pytest.mark.parametrize("case", LANE_CASES, ids=lambda c: "M{}-C{}-{}x{}-K{}-{}-pool{}".format(*c))
+def test_parallel_lane_layouts(cpu_tiles, case, layout):
+    """cpu-parallel reading and/or writing the lane layout (prepare_lanes, prepare_fused(lanes_in=, lanes_out=))
+    as the CPU engine chains its layers: batches of 37 (two whole groups and a partial one, NaN in its extra
+    lanes), then 16 and 5 through the same function into reused output buffers poisoned with NaN, on 1 and 2
+    threads, against float64."""
+    import torch.nn.functional as F
+    from convforge.conv import cpu_parallel
+    from convforge.models import ACTIVATIONS
+    maps, channels, height, width, kernel, activation, pool = case
+    lanes_in, lanes_out = layout
+    x, w, b = random_case((37, channels, height, width), (maps, channels, kernel, kernel),
+                          seed=zlib.crc32(repr((case, layout)).encode()), bias=True)
+    if pool:
+        fn = cpu_parallel.prepare_fused(w, b, activation, pool, lanes_in=lanes_in, lanes_out=lanes_out)
+    else:
+        fn = cpu_parallel.prepare_lanes(w, b, lanes_in, lanes_out)
+    ho, wo = height - kernel + 1, width - kernel + 1
+    per_image = (maps, ho // pool, wo // pool) if pool else (maps, ho, wo)
+    shape = cpu_parallel.lane_shape(37, per_image) if lanes_out else (37, *per_image)
+    buffer = torch.full(shape, float("nan"))
+    saved = torch.get_num_threads()
+    try:
+        for rows, threads in ((37, 2), (16, 1), (5, 2)):
+            torch.set_num_threads(threads)
+            xb = torch.randn(rows, channels, height, width) * 100 if rows != 37 else x
+            ref = torch.from_numpy(conv2d_float64(xb.numpy(), w.numpy(), b.numpy()))
+            ref = F.max_pool2d(ACTIVATIONS[activation](ref) if activation else ref, pool, pool) if pool else ref
+            buffer.fill_(float("nan"))
+            n = -(-rows // 16) if lanes_out else rows
+            out = fn(_to_lanes(xb) if lanes_in else xb, buffer[:n], rows)
+            got = _from_lanes(out, rows) if lanes_out else out
+            err = relative_error(got.numpy(), ref.numpy())
+            assert err <= TOLERANCE, f"{case} {layout} B={rows}: {err:.2e}; {describe_mismatch(got.numpy(), ref.numpy())}"
+    finally:
+        torch.set_num_threads(saved)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_dense_layer_reads_lane_layout(threads):
+    """cpu_dense with ``lanes``: the inputs in cpu-parallel's lane layout (groups, K, 16), read in place (no pack),
+    NaN in a last partial group's extra lanes; blocks of NC rounded to whole groups (40 -> 48), KC slices with a
+    tail; batches of different sizes in a row through the reused scratch into NaN-poisoned outputs."""
+    from convforge import cpu_dense
+    from convforge.models import ACTIVATIONS
+    if not cpu_dense.lanes_supported():
+        pytest.skip("this CPU's dense tiles take stripes of other than 16 images")
+    k, n = 7 * 16 + 5, 3 * 16 * 3 + 16 + 7
+    g = torch.Generator().manual_seed(26)
+    w, b = torch.randn(n, k, generator=g), torch.randn(n, generator=g)
+    layer = cpu_dense.DenseLayer(w, b, "tanh", blocking=(48, 40), lanes=True)
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for rows in (203, 61, 9, 1, 130):
+            x = torch.randn(rows, k, generator=g)
+            lanes = _to_lanes(x.reshape(rows, k, 1, 1)).reshape(-1)
+            out = np.full((rows, cpu_dense.padded(n)), np.nan, np.float32)
+            layer(lanes.numpy(), k, out)
+            ref = ACTIVATIONS["tanh"](torch.nn.functional.linear(x.double(), w.double(), b.double()))
+            assert np.isfinite(out).all(), rows
+            assert relative_error(out[:, :n], ref.numpy()) <= TOLERANCE, rows
+    finally:
+        torch.set_num_threads(saved)
 
 
 def test_fused_tanh_and_sigmoid_over_the_float32_range():

@@ -3,14 +3,15 @@
 Technique: images are taken 16 at a time (one float32 lane of a 512-bit register each) and repacked so the 16
 images' copies of a pixel are adjacent: xp[c, row, col * 16 + lane]. Every output row is then a perfectly
 vectorisable sum with no edge cases (any W, any K, 100 % of the lanes in use). An output row is computed in
-register tiles of TW columns x MB maps x VECTOR lanes (per ISA, TILES: AVX-512 up to 16 zmm accumulators of
+register tiles of TW columns x MB maps x VECTOR lanes (per ISA, TILES: AVX-512 up to 24 zmm accumulators of
 16 lanes; AVX2 up to 12 ymm accumulators of 8 lanes, the tile run once per half of the 16-image group; MB
-chosen to pad M as little as possible, then for the most FMAs per load: 4 x 4 on AVX-512 and 4 x 3 on AVX2
-on the 12-, 16- and 24-map layers): the accumulators start at the bias and stay in registers over the whole
+chosen to pad M as little as possible, then for the most FMAs per load: 4 x 6 (16 maps) and 6 x 4 (12, 24)
+on AVX-512, 4 x 3 on AVX2; a row's last Wo % TW columns by a tile that wide): the accumulators start at the bias and stay in registers over the whole
 C x K x K reduction; for each (c, p, q) the TW input vectors are loaded, then the MB weights broadcast from L1
 (packed per call as [block][c][p][q][map]) one at a time, each feeding TW fused multiply-adds (accumulators +
-TW + 1 live registers: no spill within AVX2's 16). The last tile of a row ends at Wo, overlapping
-its neighbour (same values). The tile is an LLVM intrinsic (tile_kernel: Numba has no vector types and
+TW + 1 live registers: no spill within AVX2's 16). A row's last Wo % TW columns get a tile that wide
+(REMAINDER_TILES; before 2026-11-26 a whole tile ending at Wo, overlapping its neighbour: sp19's second layer
+computed 20 columns for 18). The tile is an LLVM intrinsic (tile_kernel: Numba has no vector types and
 vectorises only innermost loops, so a Numba loop cannot keep accumulators in registers across the reduction),
 generated per (K, MB, TW). Before 2026-11-21 the weights of one (c, p), MB x K of them, sat in registers
 instead (MB <= 25 / K, so only 2 maps for 16 maps of 7x7) and the accumulators made a round trip through L1
@@ -67,20 +68,27 @@ LANES = 16          # images per group: the lane layout of the repacked input an
 
 # The register tile, per ISA (VECTOR: float32 lanes of one register, the tile's vector width): at most
 # TILE_ACCUMULATORS accumulators (TW * MB), MAX_BLOCK maps, and accumulators + TW input vectors + one weight
-# broadcast within REGISTERS.
-# AVX-512 (32 zmm): 16 accumulators of 16 lanes (24 spills on K = 7), MB at most 8.
+# broadcast within REGISTERS; the pooled tile (2 rows) at most POOLED_ACCUMULATORS.
+# AVX-512 (32 zmm): 24 accumulators of 16 lanes (4 maps x 6 columns on the 16-map layers, 6 x 4 on the 24-map
+# ones: 24 + TW + 1 <= 32, no spill since the tile loads its inputs before one broadcast at a time; per-layer
+# A/B at 2 threads, B = 2048, 4 x 6 / 4 x 4: sp18 L2 0.981, sp19 L2 0.961, fa19 L2 0.940-0.950, fa18 L2
+# 0.955-0.978, fa20 L2 0.967; benchmarks/2026-11-26-cpu-lane-layout/ab_layers_tiles_*.txt; 16 before), MB at
+# most 8; the pooled tile keeps 16 (24 spilled there: 1.3-1.5x slower, benchmarks/2026-11-25-cpu-first-conv-one-channel).
 # AVX2 (16 ymm): 12 accumulators of 8 lanes, the tile run twice per position (the group's lanes 0-7, then
 # 8-15), so that 12 + TW + 1 fit the 16 ymm. Before 2026-11-25 the AVX2 tile was the AVX-512 one with 6
 # accumulators of 16 lanes, but MB = 8 maps (TW = 1) on the 16- and 24-map layers, i.e. 16 ymm of
 # accumulators alone, which spilled: 40-45 GFLOP/s of the ~92 peak on an AVX2-only Zen 3. The A/B is in
 # benchmarks/2026-11-25-cpu-whole-network-avx2-tiles/.
-TILES = {16: (16, 8, 32), 8: (12, 12, 16)}   # VECTOR -> (TILE_ACCUMULATORS, MAX_BLOCK, REGISTERS)
+# VECTOR -> (TILE_ACCUMULATORS, MAX_BLOCK, REGISTERS, POOLED_ACCUMULATORS)
+TILES = {16: (24, 8, 32, 16), 8: (12, 12, 16, 12)}
+TILE_NAMES = ("TILE_ACCUMULATORS", "MAX_BLOCK", "REGISTERS", "POOLED_ACCUMULATORS")
 VECTOR = vector_lanes()
-TILE_ACCUMULATORS, MAX_BLOCK, REGISTERS = TILES[VECTOR]
+TILE_ACCUMULATORS, MAX_BLOCK, REGISTERS, POOLED_ACCUMULATORS = TILES[VECTOR]
 # 2 x 2 pools fused into the register tile (pooled_tile_kernel) by default with AVX-512; the AVX2 path keeps the
 # band of conv rows and pool_kernel (no AVX2-only CPU to time the pooled tile on; it is tested through config).
 POOLED_TILES = True
 PREFETCH_OUTPUT = True  # pooled tiles: PREFETCHW of each pooled row's output lines (the A/B toggles it)
+REMAINDER_TILES = True  # a row's last Wo % TW columns by a tile that wide (the A/B toggles it)
 ACC_BYTES = 256 << 10  # accumulators of one band of output rows (the whole plane on the course layers), in L2
 
 
@@ -251,13 +259,13 @@ TILE_VERSION = 7  # part of the generated source, like TRANSPOSE_VERSION
 
 def choose_pooled(maps: int) -> tuple[int, int]:
     """(MB, TW) of the pooled tile (pooled_tile_kernel, 2 x 2 pools): TW even, 2 * TW * MB accumulators within
-    TILE_ACCUMULATORS and, with the 2 * TW input vectors and one broadcast, within REGISTERS; the fewest
+    POOLED_ACCUMULATORS and, with the 2 * TW input vectors and one broadcast, within REGISTERS; the fewest
     padded maps, then the most accumulators, then MB nearest 2. Measured on the one-channel first layers
     (benchmarks/2026-11-25-cpu-first-conv-one-channel/, 1 thread): 2 maps x 4 columns beat 4 x 2, 1 x 8,
     1 x 6, 2 x 2 and 1 x 4 on every layer but fa19's (1 x 6 equal); 24 accumulators (6 x 2, 3 x 4, 2 x 6)
     spill and run 1.3-1.5x slower."""
     options = [(mb, tw) for mb in range(1, max(1, min(MAX_BLOCK, maps)) + 1) for tw in range(2, 17, 2)
-               if 2 * tw * mb <= TILE_ACCUMULATORS and 2 * tw * mb + 2 * tw + 1 <= REGISTERS]
+               if 2 * tw * mb <= POOLED_ACCUMULATORS and 2 * tw * mb + 2 * tw + 1 <= REGISTERS]
     return min(options, key=lambda o: (-(-maps // o[0]) * o[0], -2 * o[1] * o[0], abs(o[0] - 2)))
 
 
@@ -497,13 +505,15 @@ TANH_Q = (1.0, 0.46465863000440627, 0.024711530850971303, 0.0002626729299975575)
 
 
 def kernel_source(kernel: int, block: int, pool: int = 0, act: int = 0, width: Optional[int] = None,
-                  vector: Optional[int] = None, pooled_tile: bool = False) -> str:
+                  vector: Optional[int] = None, pooled_tile: bool = False, lanes_in: bool = False,
+                  lanes_out: bool = False) -> str:
     """Python source of the Numba kernel for K = ``kernel``, MB = ``block``, TW = ``width`` (default
     choose_width) and the tile's ``vector`` lanes (default VECTOR), all baked in; with ``pool`` > 0 it also
     applies activation ``act`` and a pool x pool max pool (stride pool) and writes only the pooled map. Max
     pooling commutes with the (non-decreasing) activations, so the max is taken first and the activation runs
     on the pooled values only. ``pooled_tile`` (pool 2, TW even): the conv rows never leave the registers,
-    pooled_tile_kernel pools and activates them and stores the pooled vectors only."""
+    pooled_tile_kernel pools and activates them and stores the pooled vectors only. ``lanes_in`` / ``lanes_out``:
+    x / y in the lane layout (lane_shape) instead of (B, C, H, W): no transposes on that side."""
     K, MB, L, ACC_FLOATS = kernel, block, LANES, ACC_BYTES // 4
     TW = width or choose_width(block)
     V = vector or VECTOR
@@ -526,6 +536,23 @@ def kernel_source(kernel: int, block: int, pool: int = 0, act: int = 0, width: O
     if PT:
         assert P == 2 and TW % 2 == 0, (P, TW)
         half = TW // 2
+        if lanes_out:
+            prefetch = f'''                    if {PREFETCH}:
+                        # This pooled row's lines of y (one per column and map in the lane layout), for the
+                        # band's write-back: fetched for writing now, while the next rows compute.
+                        for mm in range(min({MB}, M - m0)):
+                            row0 = ((g * M + m0 + mm) * plane + (h0 // 2 + ph) * Wp) * {L}
+                            for e in range(Wp):
+                                prefetchw(yf, row0 + e * {L})'''
+        else:
+            prefetch = f'''                    if {PREFETCH} and nb == {L}:
+                        # This pooled row's lines of y, for the band's write-back: fetched for writing now,
+                        # while the next rows compute, instead of one cache miss after another at its end.
+                        for mm in range(min({MB}, M - m0)):
+                            for lane in range({L}):
+                                row0 = (b0 * M + m0 + mm) * plane + (h0 // 2 + ph) * Wp + lane * out_image
+                                for e in range(0, Wp + {L - 1}, {L}):
+                                    prefetchw(yf, row0 + min(e, Wp - 1))'''
         tiles = f'''                for ph in range((h1 - h0) // 2):
                     # Pooled row ph of the band: tiles of {TW} conv columns ({half} pooled) x 2 rows x {MB} maps,
                     # summed over all (c, p, q), pooled and activated in registers; the last tile ends at Wp,
@@ -535,41 +562,87 @@ def kernel_source(kernel: int, block: int, pool: int = 0, act: int = 0, width: O
                         for t in range((Wp + {half - 1}) // {half}):
                             pc0 = min(t * {half}, Wp - {half})
                             for s in range(0, {L}, {V}):
-                                conv_ptile(buf, o + (h * W + 2 * pc0) * {L} + s, W * {L}, H * W * {L}, C, wp,
+                                conv_ptile(src, so + (h * W + 2 * pc0) * {L} + s, W * {L}, H * W * {L}, C, wp,
                                            (mb - mb0) * nw, bias, m0, pacc, (ph * Wp + pc0) * {MB * L} + s)
                     else:
                         for pc0 in range(Wp):
                             for s in range(0, {L}, {V}):
-                                conv_ptile2(buf, o + (h * W + 2 * pc0) * {L} + s, W * {L}, H * W * {L}, C, wp,
+                                conv_ptile2(src, so + (h * W + 2 * pc0) * {L} + s, W * {L}, H * W * {L}, C, wp,
                                             (mb - mb0) * nw, bias, m0, pacc, (ph * Wp + pc0) * {MB * L} + s)
-                    if {PREFETCH} and nb == {L}:
-                        # This pooled row's lines of y, for the band's write-back: fetched for writing now,
-                        # while the next rows compute, instead of one cache miss after another at its end.
-                        for mm in range(min({MB}, M - m0)):
-                            for lane in range({L}):
-                                row0 = (b0 * M + m0 + mm) * plane + (h0 // 2 + ph) * Wp + lane * out_image
-                                for e in range(0, Wp + {L - 1}, {L}):
-                                    prefetchw(yf, row0 + min(e, Wp - 1))
+{prefetch}
                 run = (h1 - h0) // 2 * Wp
                 r0 = h0 // 2 * Wp'''
         pooled = ""
     else:
+        # The last Wo % TW columns by a tile that wide (REMAINDER_TILES), not by a whole tile overlapping its
+        # neighbour, which recomputes up to TW - 1 columns (sp19's 18 columns: 20 computed with TW = 4).
+        REM = REMAINDER_TILES and TW > 1
+        remainder = "".join(f'''
+                        {"if" if r == 1 else "elif"} Wo % {TW} == {r}:
+                            col0 = Wo - {r}
+                            for s in range(0, {L}, {V}):
+                                conv_tile_r{r}(src, so + (h * W + col0) * {L} + s, W * {L}, H * W * {L}, C, wp,
+                                          (mb - mb0) * nw, bias, m0, acc, ((h - h0) * Wo + col0) * {MB * L} + s)'''
+                            for r in range(1, TW)) if REM else ""
         tiles = f'''                for h in range(h0, h1):
                     # Tiles of {TW} columns x {MB} maps, each summed over all (c, p, q) in registers; the
-                    # last tile ends at Wo, overlapping its neighbour (same values).
+                    # last {"Wo % " + str(TW) + " columns by a tile that wide" if REM else "tile ends at Wo, overlapping its neighbour (same values)"}.
                     # With {V}-lane tiles, {L // V} calls per tile, one per {V} lanes of the group.
                     if Wo >= {TW}:
-                        for t in range((Wo + {TW - 1}) // {TW}):
-                            col0 = min(t * {TW}, Wo - {TW})
+                        for t in range({f"Wo // {TW}" if REM else f"(Wo + {TW - 1}) // {TW}"}):
+                            col0 = {f"t * {TW}" if REM else f"min(t * {TW}, Wo - {TW})"}
                             for s in range(0, {L}, {V}):
-                                conv_tile(buf, o + (h * W + col0) * {L} + s, W * {L}, H * W * {L}, C, wp,
-                                          (mb - mb0) * nw, bias, m0, acc, ((h - h0) * Wo + col0) * {MB * L} + s)
+                                conv_tile(src, so + (h * W + col0) * {L} + s, W * {L}, H * W * {L}, C, wp,
+                                          (mb - mb0) * nw, bias, m0, acc, ((h - h0) * Wo + col0) * {MB * L} + s){remainder}
                     else:
                         for col0 in range(Wo):
                             for s in range(0, {L}, {V}):
-                                conv_tile1(buf, o + (h * W + col0) * {L} + s, W * {L}, H * W * {L}, C, wp,
+                                conv_tile1(src, so + (h * W + col0) * {L} + s, W * {L}, H * W * {L}, C, wp,
                                            (mb - mb0) * nw, bias, m0, acc, ((h - h0) * Wo + col0) * {MB * L} + s)'''
-    return f'''"""Generated by convforge.conv.cpu_parallel for K={K}, MB={MB}, TW={TW}, vector={V}, pool={P}, act={act} (transpose v{TRANSPOSE_VERSION}, tile v{TILE_VERSION}, pool v{POOL_VERSION}, pooled tile {PT} v{PTILE_VERSION}, prefetch {PREFETCH})."""
+    if lanes_in:    # x[g, c, r, col, lane]: the tiles read it in place
+        shape_line = f"    C, H, W = x.shape[1], x.shape[2], x.shape[3]\n    B = {'x.shape[0] * ' + str(L) if lanes_out else 'y.shape[0]'}"
+        input_side = f"""        src, so = xf, g * nx                      # this group's lane-layout input"""
+        repack_line = ""
+    else:
+        shape_line = f"    B, C, H, W = x.shape"
+        repack_line = "    xp = buf[o:o + nxp].reshape((C, H, W * {L}))  # xp[c, r, col * 16 + lane] = x[b0 + lane, c, r, col]".replace("{L}", str(L))
+        input_side = f"""        if nb == {L} and H * W >= {L}:
+            for c in range(C):                    # each channel's plane, flattened, 16 floats at a time
+                for v in range((H * W + {L - 1}) // {L}):
+                    c0 = min(v * {L}, last_in)
+                    store_transposed16(xf, (b0 * C + c) * H * W + c0, image, buf, o + (c * H * W + c0) * {L}, {L})
+        else:
+            xp[:] = 0.0
+            for c in range(C):
+                for r in range(H):
+                    xr = xp[c, r]
+                    for lane in range(nb):
+                        for col in range(W):
+                            xr[col * {L} + lane] = x[b0 + lane, c, r, col]
+        src, so = buf, o"""
+    if lanes_out:   # y[g, m, r, col, lane]: the band's vectors copied as they are, every lane (a last partial
+        # group's extra lanes hold the conv of the zero or stale inputs there, never read as an image)
+        output_side = f"""                # Into y's lane layout: each map's run of the band, vector by vector (whole aligned lines).
+                for mm in range(min({MB}, M - m0)):
+                    first = ((g * M + m0 + mm) * plane + r0) * {L}
+                    for i in range(run):
+                        for lane in range({L}):
+                            yf[first + i * {L} + lane] = {res}[(i * {MB} + mm) * {L} + lane]"""
+    else:
+        output_side = f"""                # Back to y's layout, the band's rows as one run of each (image, map) plane.
+                for mm in range(min({MB}, M - m0)):
+                    first = (b0 * M + m0 + mm) * plane + r0
+                    if nb == {L} and run >= {L}:
+                        for v in range((run + {L - 1}) // {L}):
+                            c0 = min(v * {L}, run - {L})
+                            store_transposed16({res}, (c0 * {MB} + mm) * {L}, {MB * L}, yf, first + c0, out_image)
+                    else:
+                        for lane in range(nb):
+                            dst = first + lane * out_image
+                            for i in range(run):
+                                yf[dst + i] = {res}[(i * {MB} + mm) * {L} + lane]"""
+    layout_doc = (" x in the lane layout." if lanes_in else "") + (" y in the lane layout." if lanes_out else "")
+    return f'''"""Generated by convforge.conv.cpu_parallel for K={K}, MB={MB}, TW={TW}, vector={V}, pool={P}, act={act} (transpose v{TRANSPOSE_VERSION}, tile v{TILE_VERSION}, pool v{POOL_VERSION}, pooled tile {PT} v{PTILE_VERSION}, prefetch {PREFETCH}, lanes in {lanes_in} out {lanes_out}, remainder tiles {REMAINDER_TILES})."""
 import numpy as np
 
 from convforge.conv.cpu_parallel import pool_kernel, pooled_tile_kernel, prefetch_write, tile_kernel, transposed_store
@@ -578,14 +651,14 @@ store_transposed16 = transposed_store()
 prefetchw = prefetch_write()
 conv_tile = tile_kernel({K}, {MB}, {TW}, {V})
 conv_tile1 = tile_kernel({K}, {MB}, 1, {V})
-conv_ptile = pooled_tile_kernel({K}, {MB}, {TW}, {V}, {act}) if {PT} else None
+{"".join(f"conv_tile_r{r} = tile_kernel({K}, {MB}, {r}, {V})" + chr(10) for r in range(1, TW)) if REMAINDER_TILES and not PT else ""}conv_ptile = pooled_tile_kernel({K}, {MB}, {TW}, {V}, {act}) if {PT} else None
 conv_ptile2 = pooled_tile_kernel({K}, {MB}, 2, {V}, {act}) if {PT} else None
 pool_act = pool_kernel({max(P, 1)}, {MB}, {act})
 
 
 def conv(x, w, bias, y, M, g0, g1, mb0, mb1):
-    """y[b, m] for the 16-image groups g0 <= g < g1 and map blocks mb0 <= mb < mb1 ({MB} maps each)."""
-    B, C, H, W = x.shape
+    """y[b, m] for the 16-image groups g0 <= g < g1 and map blocks mb0 <= mb < mb1 ({MB} maps each).{layout_doc}"""
+{shape_line}
     Ho = H - {K} + 1
     Wo = W - {K} + 1
     Hp = Ho // {max(P, 1)}                          # output rows and columns (pooled when fused)
@@ -597,11 +670,12 @@ def conv(x, w, bias, y, M, g0, g1, mb0, mb1):
     band = max(1, min(Hc, max(-(-{L} // max(Wo, 1)), {ACC_FLOATS} // nr)))  # conv rows per band
     band = max({max(P, 1)}, band // {max(P, 1)} * {max(P, 1)})  # whole pool windows
     na = band * nr
-    buf = np.empty(nx + na + {L}, np.float32)
+    nxp = {0 if lanes_in else "nx"}                  # the repacked input's floats (none: x is in the lane layout)
+    buf = np.empty(nxp + na + {L}, np.float32)
     pacc = np.empty(max(band // {max(P, 1)} * max(Wp, 1) * {MB * L}, {L}) if {P} else 1, np.float32)
     o = (-(buf.ctypes.data >> 2)) & {L - 1}       # 64-byte aligned: whole-cache-line vector loads
-    xp = buf[o:o + nx].reshape((C, H, W * {L}))   # xp[c, r, col * 16 + lane] = x[b0 + lane, c, r, col]
-    acc = buf[o + nx:o + nx + na]                 # acc[((h - h0) * Wo + col) * MB + mm) * 16 + lane]: a band
+{repack_line}
+    acc = buf[o + nxp:o + nxp + na]               # acc[((h - h0) * Wo + col) * MB + mm) * 16 + lane]: a band
     nw = C * {K * K * MB}                         # packed weights of one map block
     wp = np.empty(max(mb1 - mb0, 0) * nw, np.float32)  # wp[(((mb - mb0) * C + c) * K + p) * K + q) * MB + mm]
     for mb in range(mb0, mb1):
@@ -618,36 +692,13 @@ def conv(x, w, bias, y, M, g0, g1, mb0, mb1):
     for g in range(g0, g1):                       # plane's end, overlapping its neighbour (same values)
         b0 = g * {L}
         nb = min({L}, B - b0)
-        if nb == {L} and H * W >= {L}:
-            for c in range(C):                    # each channel's plane, flattened, 16 floats at a time
-                for v in range((H * W + {L - 1}) // {L}):
-                    c0 = min(v * {L}, last_in)
-                    store_transposed16(xf, (b0 * C + c) * H * W + c0, image, buf, o + (c * H * W + c0) * {L}, {L})
-        else:
-            xp[:] = 0.0
-            for c in range(C):
-                for r in range(H):
-                    xr = xp[c, r]
-                    for lane in range(nb):
-                        for col in range(W):
-                            xr[col * {L} + lane] = x[b0 + lane, c, r, col]
+{input_side}
         for mb in range(mb0, mb1):
             m0 = mb * {MB}
             for h0 in range(0, Hc, band):
                 h1 = min(h0 + band, Hc)
 {tiles}{pooled}
-                # Back to y's layout, the band's rows as one run of each (image, map) plane.
-                for mm in range(min({MB}, M - m0)):
-                    first = (b0 * M + m0 + mm) * plane + r0
-                    if nb == {L} and run >= {L}:
-                        for v in range((run + {L - 1}) // {L}):
-                            c0 = min(v * {L}, run - {L})
-                            store_transposed16({res}, (c0 * {MB} + mm) * {L}, {MB * L}, yf, first + c0, out_image)
-                    else:
-                        for lane in range(nb):
-                            dst = first + lane * out_image
-                            for i in range(run):
-                                yf[dst + i] = {res}[(i * {MB} + mm) * {L} + lane]
+{output_side}
 '''
 
 
@@ -656,18 +707,30 @@ _LOCK = threading.Lock()
 
 
 def get_kernel(kernel: int, block: int, pool: int = 0, act: int = 0, width: Optional[int] = None,
-               vector: Optional[int] = None, pooled_tile: bool = False):
-    """The compiled kernel for (K, MB[, pool, activation, TW, vector lanes, pooled tile]), compiled (or loaded
-    from the disk cache) once per process."""
+               vector: Optional[int] = None, pooled_tile: bool = False, lanes_in: bool = False,
+               lanes_out: bool = False):
+    """The compiled kernel for (K, MB[, pool, activation, TW, vector lanes, pooled tile, lane layouts]),
+    compiled (or loaded from the disk cache) once per process."""
     width, vector = width or choose_width(block), vector or VECTOR
     with _LOCK:
-        key = (kernel, block, pool, act, width, vector, bool(pooled_tile))
+        key = (kernel, block, pool, act, width, vector, bool(pooled_tile), bool(lanes_in), bool(lanes_out),
+               PREFETCH_OUTPUT, REMAINDER_TILES)
         if key not in _KERNELS:
             name = (f"cpu_parallel_k{kernel}_mb{block}_tw{width}_v{vector}" + (f"_p{pool}_a{act}" if pool else "")
-                    + ("_pt" if pooled_tile else ""))
-            _KERNELS[key] = jit_generated(name, kernel_source(kernel, block, pool, act, width, vector, pooled_tile),
-                                          "conv", nogil=True, fastmath={"contract"})
+                    + ("_pt" if pooled_tile else "") + ("_li" if lanes_in else "") + ("_lo" if lanes_out else "")
+                    + ("" if REMAINDER_TILES else "_norem") + ("" if PREFETCH_OUTPUT else "_nopf"))
+            source = kernel_source(kernel, block, pool, act, width, vector, pooled_tile, bool(lanes_in),
+                                   bool(lanes_out))
+            _KERNELS[key] = jit_generated(name, source, "conv", nogil=True, fastmath={"contract"})
         return _KERNELS[key]
+
+
+def lane_shape(rows: int, shape: tuple) -> tuple:
+    """The lane layout of ``rows`` images of per-image ``shape`` (C, H, W): (groups, C, H, W, 16), image
+    g * 16 + lane's value at [g, c, h, w, lane], the layout the tiles compute in. Between two cpu-parallel
+    layers (lanes_out, then lanes_in) it replaces the transposes out of and back into it; a last partial
+    group's extra lanes hold values of no image."""
+    return (-(-rows // LANES), *shape, LANES)
 
 
 _POOL: Optional[ThreadPoolExecutor] = None
@@ -709,17 +772,37 @@ def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, config=No
 
 
 def prepare_fused(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Optional[str], pool: int,
-                  config=None):
+                  config=None, lanes_in: bool = False, lanes_out: bool = False):
     """conv + bias, then a pool x pool max pool (stride pool) and the activation, in one pass: only the
-    pooled map is written (the conv rows stay in the band of accumulators, in L2)."""
+    pooled map is written (the conv rows stay in the band of accumulators, in L2). ``lanes_in`` /
+    ``lanes_out``: see prepare_lanes."""
     if activation not in ACTIVATION_CODES:
         raise ValueError(f"unknown activation {activation!r}; cpu-parallel fuses {sorted(map(str, ACTIVATION_CODES))}")
     if pool < 1:
         raise ValueError(f"pool must be 1 or more, got {pool}")
-    return _prepare(weight, bias, activation, pool, config)
+    return _prepare(weight, bias, activation, pool, config, lanes_in, lanes_out)
 
 
-def _prepare(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Optional[str], pool: int, config=None):
+def prepare_lanes(weight: torch.Tensor, bias: Optional[torch.Tensor], lanes_in: bool, lanes_out: bool,
+                  config=None):
+    """prepare with x and/or y in the lane layout (lane_shape): the returned ``fn(x, out, rows)`` takes x as a
+    (groups, C, H, W, 16) tensor when ``lanes_in`` (else (B, C, H, W)), writes ``out``, a (groups, M, Ho, Wo,
+    16) tensor when ``lanes_out`` (else (B, M, Ho, Wo)), for ``rows`` images. The CPU engine's arena uses it
+    between layers; prepare_fused(..., lanes_in=, lanes_out=) is the fused form."""
+    return _prepare(weight, bias, None, 0, config, lanes_in, lanes_out)
+
+
+def _run_items(fn, args: tuple, items: list) -> None:
+    """fn(*args, *item) for every work item, on the shared pool when there are several."""
+    if len(items) == 1:
+        fn(*args, *items[0])
+    elif items:
+        for future in [_pool(torch.get_num_threads()).submit(fn, *args, *item) for item in items]:
+            future.result()
+
+
+def _prepare(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Optional[str], pool: int, config=None,
+             lanes_in: bool = False, lanes_out: bool = False):
     maps, channels, kernel, kernel_w = weight.shape
     if kernel != kernel_w:
         raise ValueError(f"square kernels only, got {kernel}x{kernel_w}")
@@ -736,27 +819,43 @@ def _prepare(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Opt
     b = np.zeros(padded, np.float32)
     if bias is not None:
         b[:maps] = bias.detach().to(torch.float32).numpy()
-    fn = get_kernel(kernel, block, pool, ACTIVATION_CODES[activation] if pool else 0, width, vector, pooled_tile)
+    fn = get_kernel(kernel, block, pool, ACTIVATION_CODES[activation] if pool else 0, width, vector, pooled_tile,
+                    lanes_in, lanes_out)
     blocks = padded // block
     # Compile now (a one-image call of the same types), so the first timed call runs compiled code.
-    fn(np.zeros((1, channels, kernel, kernel), np.float32), w, b, np.empty((1, maps, 1, 1), np.float32),
-       maps, 0, 1, 0, blocks)
+    fn(np.zeros(lane_shape(1, (channels, kernel, kernel)) if lanes_in else (1, channels, kernel, kernel), np.float32),
+       w, b, np.empty(lane_shape(1, (maps, 1, 1)) if lanes_out else (1, maps, 1, 1), np.float32), maps, 0, 1, 0, blocks)
+
+    def out_shape(rows: int, height: int, width: int) -> tuple:
+        ho, wo = height - kernel + 1, width - kernel + 1
+        if pool:
+            ho, wo = ho // pool, wo // pool
+        return (rows, maps, ho, wo)
 
     def run(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
         xn, shape = check_input(x, weight.shape)
-        if pool:
-            shape = (shape[0], shape[1], shape[2] // pool, shape[3] // pool)
-        target, result = output_buffer(out, shape, x)
+        target, result = output_buffer(out, out_shape(*shape[:1], *x.shape[2:]), x)
         if shape[0] == 0:
             return finish_output(target, result)
-        y = target.numpy()
         groups = -(-shape[0] // LANES)
-        items = work_items(groups, blocks, max(1, torch.get_num_threads()))
-        if len(items) == 1:
-            fn(xn, w, b, y, maps, *items[0])
-        elif items:
-            for future in [_pool(torch.get_num_threads()).submit(fn, xn, w, b, y, maps, *item) for item in items]:
-                future.result()
+        _run_items(fn, (xn, w, b, target.numpy(), maps), work_items(groups, blocks, max(1, torch.get_num_threads())))
         return finish_output(target, result)
 
-    return run
+    def run_lanes(x: torch.Tensor, out: torch.Tensor, rows: int) -> torch.Tensor:
+        groups = -(-rows // LANES)
+        height, width = (x.shape[2], x.shape[3])
+        if lanes_in:
+            if x.dim() != 5 or x.shape[0] < groups or x.shape[1] != channels or x.shape[4] != LANES:
+                raise ValueError(f"x must be a lane-layout ({groups}, {channels}, H, W, {LANES}) tensor, got {tuple(x.shape)}")
+            xn = x[:groups].contiguous().numpy()
+        else:
+            xn = check_input(x[:rows], weight.shape)[0]
+        shape = out_shape(rows, height, width)
+        want = lane_shape(rows, shape[1:]) if lanes_out else shape
+        if tuple(out.shape) != want or out.dtype != torch.float32 or not out.is_contiguous():
+            raise ValueError(f"out must be a contiguous float32 {want} tensor, got {out.dtype} {tuple(out.shape)}")
+        if rows:
+            _run_items(fn, (xn, w, b, out.numpy(), maps), work_items(groups, blocks, max(1, torch.get_num_threads())))
+        return out
+
+    return run_lanes if (lanes_in or lanes_out) else run
