@@ -12,10 +12,11 @@ intermediate buffer lives in an arena allocated once per chunk size and reused a
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 
 import numpy as np
 import torch
@@ -111,6 +112,23 @@ class Stopwatch:
         return False
 
 
+def gpu_lead(device: str) -> int:
+    """The spin to queue ahead of a GPU-only timing: LEAD_CYCLES on a GPU whose torch has the spin, else 0."""
+    return LEAD_CYCLES if device == "cuda" and hasattr(torch.cuda, "_sleep") else 0
+
+
+def median_seconds(fn: Callable[[], object], device: str, calls: int) -> float:
+    """Median seconds of ``calls`` calls of ``fn()``, each on the device alone (the engine's own choices;
+    the harness's ``time_calls`` adds rotation, budgets and counters for reported figures)."""
+    lead = gpu_lead(device)
+    times = []
+    for _ in range(calls):
+        with Stopwatch(device, lead) as watch:
+            fn()
+        times.append(watch.seconds)
+    return float(np.median(times))
+
+
 @dataclass
 class LayerResult:
     index: int                 # 1-based convolution layer number
@@ -168,6 +186,11 @@ class _Step:
     lanes_out: bool = False
     gpu_dense: Optional["GpuDense"] = None  # the GPU exact path's dense layer (cuBLAS, measured layout)
     out_shape: tuple = ()  # per-image output shape (the CPU path's buffers)
+    lane_buffer: Optional[Callable[[int], tuple]] = None  # rows -> the lane-layout output buffer's shape
+
+    def buffer_shape(self, rows: int) -> tuple:
+        """The shape of this conv step's output buffer for ``rows`` images (the CPU whole-network path)."""
+        return self.lane_buffer(rows) if self.lane_buffer else (rows, *self.out_shape)
 
 
 def lanes_next(walk: list, j: int) -> bool:
@@ -256,6 +279,9 @@ class Engine:
             elif isinstance(layer, Flatten):
                 step.lanes_in = step.lanes_out = lanes
             step.out_shape = walk[i + step.skip][3]
+            if step.conv_fn is not None and step.lanes_out:
+                from convforge.conv.cpu_parallel import lane_shape
+                step.lane_buffer = functools.partial(lane_shape, shape=step.out_shape)
             self.steps.append(step)
             i += 1 + step.skip
         if self.device == "cuda":
@@ -313,12 +339,10 @@ class Engine:
             with self._annotation(step):
                 if step.conv_fn is not None:
                     x = x.contiguous()
+                    shape = step.buffer_shape(rows)
+                    args = (x, self._buffer(index, shape[0], shape[1:]))
                     if step.lanes_in or step.lanes_out:
-                        from convforge.conv.cpu_parallel import lane_shape
-                        shape = lane_shape(rows, step.out_shape) if step.lanes_out else (rows, *step.out_shape)
-                        args = (x, self._buffer(index, shape[0], shape[1:]), rows)
-                    else:
-                        args = (x, self._buffer(index, rows, step.out_shape))
+                        args += (rows,)   # the lane layout's buffers are padded to whole groups of images
                     if timed:
                         with Stopwatch(self.device) as watch:
                             x = step.conv_fn(*args)
@@ -566,13 +590,7 @@ class GpuDense:
     def _seconds(self, variant: str, x: torch.Tensor, calls: int = 5) -> float:
         """Median seconds of one call on the GPU alone (a spin queued ahead hides the launch work)."""
         self.run(variant, x)   # cuBLAS picks and loads its kernel
-        lead = LEAD_CYCLES if x.is_cuda and hasattr(torch.cuda, "_sleep") else 0
-        times = []
-        for _ in range(calls):
-            with Stopwatch(x.device.type, lead) as watch:
-                self.run(variant, x)
-            times.append(watch.seconds)
-        return float(np.median(times))
+        return median_seconds(lambda: self.run(variant, x), x.device.type, calls)
 
 
 def _tf32_dense(layer: Dense, x: torch.Tensor, params: dict, prefix: str) -> torch.Tensor:

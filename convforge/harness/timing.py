@@ -17,7 +17,7 @@ try:
 except ImportError:  # pragma: no cover
     resource = None
 
-from convforge.engine import LEAD_CYCLES, Stopwatch  # noqa: F401 (LEAD_CYCLES: part of this API)
+from convforge.engine import LEAD_CYCLES, Stopwatch, gpu_lead  # noqa: F401 (LEAD_CYCLES: part of this API)
 from convforge.harness import DEFAULT_BUDGET_S, DEFAULT_WARMUP, MAX_REPEATS, MIN_REPEATS, TIMINGS
 from convforge.harness.gpu_clocks import GpuSampler
 
@@ -80,7 +80,7 @@ def lead_cycles(device: str, timing: str) -> int:
     """Spin cycles to queue ahead of each timed call (0: time as the engine does)."""
     if timing not in TIMINGS:
         raise ValueError(f"timing must be one of {TIMINGS}, got {timing!r}")
-    return LEAD_CYCLES if device == "cuda" and timing == "gpu" and hasattr(torch.cuda, "_sleep") else 0
+    return gpu_lead(device) if timing == "gpu" else 0
 
 
 def time_calls(fn: Callable[[torch.Tensor], object], inputs: Sequence[torch.Tensor], device: str,
