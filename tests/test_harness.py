@@ -639,6 +639,9 @@ def test_ceilings_are_the_best_this_machine_has_measured(tmp_path, monkeypatch, 
     (tmp_path / probes.CEILINGS_FILE).write_text("{not json")
     assert probes.best_ceilings("cpu", loaded) == loaded
     assert capsys.readouterr().err.count("damaged") == 1
+    assert probes.best_ceilings("cpu", quiet).fma_gflops == 400.0
+    monkeypatch.setattr(probes, "boot_id", lambda: "another-vm")   # same CPU model name, a slower machine
+    assert probes.best_ceilings("cpu", loaded) == loaded            # not the other machine's rates
 
 
 def test_large_outputs_compare_a_part_and_require_the_rest_written(monkeypatch):

@@ -141,9 +141,20 @@ CEILINGS_FILE = "ceilings.json"   # in the cache folder: the best rates measured
 
 
 def _machine(device: str) -> str:
+    """The ceiling store's key. On a CPU it includes this boot's id: cloud VMs of one CPU model name differ in
+    speed (the 2026-11-26 dev VM's FMA peak was 63 % of the previous one's), and a faster machine's rates kept
+    under the model name alone would put a slower one's kernels far under their floor."""
     if device == "cuda":
         return f"cuda | {torch.cuda.get_device_name()}"
-    return f"cpu | {cpu_model()} | {torch.get_num_threads()} threads"
+    return f"cpu | {cpu_model()} | {torch.get_num_threads()} threads | boot {boot_id()}"
+
+
+def boot_id() -> str:
+    """This boot of this machine (/proc/sys/kernel/random/boot_id), 'unknown' off Linux."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip() or "unknown"
+    except OSError:
+        return "unknown"
 
 
 def best_ceilings(device: str, measured: Ceilings) -> Ceilings:
