@@ -23,6 +23,7 @@ import torch
 
 from convforge import conv
 from convforge.errors import UserError
+from convforge.gpu_dense import GpuDense
 from convforge.models import Activation, Conv, ConvShape, Dense, Flatten, Network, apply_layer, fusion_after
 
 # "exact": fp32 arithmetic throughout. "fast": FP16 tensor cores for the many-channel convolutions and TF32
@@ -267,7 +268,8 @@ class Engine:
             elif isinstance(layer, Dense) and precision == "fast":
                 step.tf32 = True
             elif isinstance(layer, Dense) and self.device == "cuda":
-                step.gpu_dense = GpuDense(self.params[f"{prefix}.weight"], self.params.get(f"{prefix}.bias"))
+                step.gpu_dense = GpuDense(self.params[f"{prefix}.weight"], self.params.get(f"{prefix}.bias"),
+                                          median_seconds)
             elif isinstance(layer, Dense) and self.cpu_whole:
                 from convforge.cpu_dense import DenseLayer
                 following = walk[i + 1][0] if i + 1 < len(walk) else None
@@ -530,67 +532,6 @@ class Engine:
         torch.cuda.synchronize()
         total = time.perf_counter() - t0
         return self._result(predictions.numpy().copy(), labels, total, streams=streams, chunk=chunk)
-
-
-class GpuDense:
-    """An exact fp32 dense layer as cuBLAS calls, in whichever of four forms measures fastest the first time a
-    batch size comes (each timed on the GPU alone, 5 calls; the choice is kept per batch size):
-
-    - ``linear``: ``x W^T + b`` with the weight as stored (F.linear);
-    - ``transposed``: addmm with ``W^T`` stored contiguous. At 10000 images it took fa17's 7200 -> 500 layer
-      from 2.07 to 1.58 ms on an H100 and made fa18's 17496 -> 160 layer 7 % slower: no fixed rule wins;
-    - ``output-major``: ``(b + W x^T)^T``, returned as a transposed view: at 10-100 images cuBLAS's kernels for a
-      500 x 100 output beat those for 100 x 500 (fa17 fc1 at 100 images: 36 against 71-81 us on an H200);
-    - ``split-k``: S products over K/S each in one batched call, then their sum: the small-batch products
-      otherwise run on a handful of blocks (fa17 fc1 at 10 images: 13 against 25-27 us), for K a multiple of S.
-    (benchmarks/2026-11-26-h100-h200-whole-network-floors/small_dense.txt)"""
-
-    VARIANTS = ("linear", "transposed", "output-major", "split-k")
-    SPLITS = (16, 12, 8)     # the first that divides K into parts of at least MIN_SPLIT_DEPTH
-    MIN_SPLIT_DEPTH = 256
-
-    def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor]):
-        self.weight, self.bias = weight, bias
-        self.weight_t = weight.t().contiguous()
-        self.bias_column = None if bias is None else bias[:, None].contiguous()
-        depth = weight.shape[1]
-        self.splits = next((s for s in self.SPLITS if depth % s == 0 and depth // s >= self.MIN_SPLIT_DEPTH), None)
-        self.choice: dict[int, str] = {}
-
-    @property
-    def variants(self) -> tuple[str, ...]:
-        return tuple(v for v in self.VARIANTS if v != "split-k" or self.splits)
-
-    def run(self, variant: str, x: torch.Tensor) -> torch.Tensor:
-        if variant == "linear":
-            return torch.nn.functional.linear(x, self.weight, self.bias)
-        if variant == "transposed":
-            return torch.mm(x, self.weight_t) if self.bias is None else torch.addmm(self.bias, x, self.weight_t)
-        if variant == "output-major":
-            if self.bias is None:
-                return torch.mm(self.weight, x.t()).t()
-            return torch.addmm(self.bias_column, self.weight, x.t()).t()
-        if variant == "split-k" and self.splits:
-            rows, depth = x.shape
-            parts = torch.bmm(x.reshape(rows, self.splits, depth // self.splits).transpose(0, 1),
-                              self.weight_t.view(self.splits, depth // self.splits, -1))
-            y = parts.sum(0)
-            return y if self.bias is None else y.add_(self.bias)
-        raise ValueError(f"unknown dense variant {variant!r}; one of {', '.join(self.variants)}")
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.shape[0]
-        variant = self.choice.get(rows)
-        if variant is None:
-            if x.is_cuda and torch.cuda.is_current_stream_capturing():
-                return self.run("linear", x)   # no measuring inside a graph capture (callers warm up first)
-            variant = self.choice[rows] = min(self.variants, key=lambda v: self._seconds(v, x))
-        return self.run(variant, x)
-
-    def _seconds(self, variant: str, x: torch.Tensor, calls: int = 5) -> float:
-        """Median seconds of one call on the GPU alone (a spin queued ahead hides the launch work)."""
-        self.run(variant, x)   # cuBLAS picks and loads its kernel
-        return median_seconds(lambda: self.run(variant, x), x.device.type, calls)
 
 
 def _tf32_dense(layer: Dense, x: torch.Tensor, params: dict, prefix: str) -> torch.Tensor:

@@ -81,6 +81,10 @@ def _specs() -> list[tuple[str, cc.KernelSpec]]:
         for precision in cuda_igemm.PRECISIONS:
             for spec in cuda_igemm.kernel_specs(128, 128, 256, 256, 16, precision, config):
                 specs.setdefault(spec, f"cuda_igemm {precision} {config} gpumode 256x256 K16")
+    # the GPU engine's small-batch dense kernel, every row count it is compiled for
+    from convforge import gpu_dense
+    for spec in gpu_dense.kernel_specs():
+        specs.setdefault(spec, f"gpu_dense gemv {dict(spec.constants)}")
     return [(label, spec) for spec, label in specs.items()]
 
 
@@ -111,7 +115,7 @@ def test_nvcc_compiles_for_sm90(label, spec, tmp_path):
         # 16-wide k tile against 96 HMMA): allowed up to 16 bytes, no more
         spilled = [int(v) for v in re.findall(r"(\d+) bytes spill stores", done.stderr)]
         assert spilled and max(spilled) <= 16, f"{label}: spills\n{done.stderr}"
-    elif spec.source in ("regtile.cu", "tc.cu", "tc_rows.cu", "tc_pairs.cu", "direct.cu"):
+    elif spec.source in ("regtile.cu", "tc.cu", "tc_rows.cu", "tc_pairs.cu", "direct.cu", "dense_gemv.cu"):
         # the register tiles must stay in registers: no kernel entry spills or has a stack frame (a called
         # device function, such as the tensor-core kernels' non-finite pass, may have its own frame)
         report = done.stderr

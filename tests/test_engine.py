@@ -148,12 +148,13 @@ def test_gpu_dense_layouts_match_float64(bias):
     """Every form the GPU engine's dense layer chooses between is exact, on a transposed (output-major) input
     too; the choice is made once per batch size (run here on the CPU, where the same code times with a wall
     clock)."""
-    from convforge.engine import GpuDense
+    from convforge.engine import median_seconds
+    from convforge.gpu_dense import GpuDense
     gen = torch.Generator().manual_seed(5)
     weight = torch.randn(37, 4096 + 2048, generator=gen)    # K = 6144: split-K in 16 parts of 384
     b = torch.randn(37, generator=gen) if bias else None
-    dense = GpuDense(weight, b)
-    assert dense.variants == GpuDense.VARIANTS and dense.splits == 16
+    dense = GpuDense(weight, b, median_seconds)
+    assert dense.variants == GpuDense.VARIANTS[:4] and dense.splits == 16   # no gemv: no GPU
     for rows in (1, 19, 64):
         x = torch.rand(rows, weight.shape[1], generator=gen) * 3 - 1
         ref = torch.nn.functional.linear(x.double(), weight.double(), b.double() if bias else None)
@@ -166,7 +167,7 @@ def test_gpu_dense_layouts_match_float64(bias):
         assert dense.choice[rows] in dense.variants
         assert ((out.double() - ref).norm() / ref.norm()).item() <= 1e-5
     assert sorted(dense.choice) == [1, 19, 64]
-    assert GpuDense(weight[:, :203], b).variants == ("linear", "transposed", "output-major")   # 203: no split
+    assert GpuDense(weight[:, :203], b, median_seconds).variants == ("linear", "transposed", "output-major")   # 203
     with pytest.raises(ValueError, match="unknown dense variant"):
         dense.run("nonsense", x)
 
@@ -179,3 +180,54 @@ def test_an_implementation_that_reads_the_host_is_refused_for_cuda_graphs():
     assert not get("fft").graph_safe and all(i.graph_safe for i in IMPLEMENTATIONS if i.name != "fft")
     with pytest.raises(UserError, match="CUDA graph"):
         engine.graphed(10)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_gpu_dense_gemv_kernel_matches_float64(emulation, monkeypatch, bias):
+    """dense_gemv.cu (the GPU dense layer's split-K form for <= 16 rows), run by the host emulation: within 1e-5
+    of float64 for every compiled row count, a last partial K slice, outputs not a multiple of a block's 32 and
+    a transposed input view; its partial and output buffers are poisoned (NaN) first, so every element that is
+    read was written."""
+    from convforge import gpu_dense
+    from convforge.engine import median_seconds
+    monkeypatch.setattr(gpu_dense, "scratch", lambda shape, device: torch.full(shape, float("nan")))
+    gen = torch.Generator().manual_seed(11)
+    weight = torch.randn(45, 1028, generator=gen)   # K = 2 slices of 512 + 4 columns; 45 outputs: 2 blocks
+    b = torch.randn(45, generator=gen) if bias else None
+    dense = gpu_dense.GpuDense(weight, b, median_seconds)
+    assert "gemv" in dense.variants
+    for rows in (1, 4, 7, 16):
+        x = torch.rand(rows, 1028, generator=gen) * 4 - 2
+        ref = torch.nn.functional.linear(x.double(), weight.double(), b.double() if bias else None)
+        for view in (x, x.t().contiguous().t()):
+            out = dense.run("gemv", view)
+            assert out.shape == ref.shape and not out.isnan().any()
+            assert ((out.double() - ref).norm() / ref.norm()).item() <= 1e-5, rows
+    assert not dense.serves("gemv", 17)
+    with pytest.raises(ValueError, match="unknown dense variant 'gemv' for 17 rows"):
+        dense.run("gemv", torch.rand(17, 1028))
+    assert "gemv" not in gpu_dense.GpuDense(weight[:, :1026].contiguous(), b, median_seconds).variants   # K % 4
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_gpu_dense_gemv_kernel_on_the_gpu(monkeypatch):
+    """The same kernel on a GPU, at every preset's first dense layer size: within 1e-5 of float64 with poisoned
+    buffers, for 1 to 16 rows, and bit-equal from one call to the next (its sum has a fixed order)."""
+    from convforge import gpu_dense
+    from convforge.engine import median_seconds
+    monkeypatch.setattr(gpu_dense, "scratch",
+                        lambda shape, device: torch.full(shape, float("nan"), device=device))
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    for outputs, depth in ((500, 7200), (140, 10816), (160, 17496), (160, 20184), (32, 1024), (10, 500)):
+        weight = torch.randn(outputs, depth, device="cuda", generator=gen) / depth ** 0.5
+        b = torch.randn(outputs, device="cuda", generator=gen)
+        dense = gpu_dense.GpuDense(weight, b, median_seconds)
+        assert "gemv" in dense.variants
+        for rows in (1, 3, 10, 16):
+            x = torch.rand(rows, depth, device="cuda", generator=gen) * 255
+            ref = torch.nn.functional.linear(x.double(), weight.double(), b.double())
+            out = dense.run("gemv", x)
+            assert not out.isnan().any()
+            assert ((out.double() - ref).norm() / ref.norm()).item() <= 1e-5, (outputs, depth, rows)
+            assert torch.equal(out, dense.run("gemv", x))

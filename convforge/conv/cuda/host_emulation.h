@@ -96,6 +96,21 @@ inline float cf_emu_half(unsigned u, int which)
     return (float)h;
 }
 
+// __shfl_xor_sync over a full warp: each lane posts its value in the warp's exchange buffer, and reads its
+// partner's between two warp barriers (every lane of the warp must call it, as on the GPU).
+inline float __shfl_xor_sync(unsigned, float v, int mask)
+{
+    cf::Block* blk = cf::t_block;
+    const unsigned tid = cf::t_idx.x, warp = tid / 32, lane = tid % 32;
+    unsigned* f = blk->frags->data() + warp * 32 * 6;
+    auto& wbar = *(*blk->warp_bars)[warp];
+    f[lane * 6] = __float_as_uint(v);
+    wbar.arrive_and_wait();
+    const float other = __uint_as_float(f[(lane ^ (unsigned)mask) * 6]);
+    wbar.arrive_and_wait();   // the buffer is reused by the next exchange
+    return other;
+}
+
 // d (this lane's c0..c3) += A (16 x k) * B (k x 8), fragments in the PTX ISA layouts.
 inline void cf_emu_mma(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1, int fp16)
 {

@@ -1,0 +1,106 @@
+// Small-batch dense layer, y = x W^T + b for rows <= CF_ROWS (10-16 images): split-K GEMV in two launches.
+//
+// cuBLAS runs a 10 x 7200 x 500 product (fa17's first dense layer at 10 images) on a handful of blocks:
+// 24-27 us for 14.4 MB of weights that the copy rate reads in under 5 us. Here the weights are read once,
+// by every SM: block (bx, s) takes CF_WARPS * CF_OUTS outputs and the s-th slice of CF_KS reduction
+// columns; the slice of x (rows x CF_KS) is staged in shared memory; each warp reads CF_OUTS weight rows with
+// 16-byte loads (lane = column quad) and keeps rows x CF_OUTS sums per lane; a reduce-scatter of shuffles
+// (62 for 64 sums, not 320) leaves each sum on one lane, which writes it to part[s][row][n].
+// dense_gemv_sum adds the slices in order plus the bias: deterministic, so a CUDA graph replays bit-equal.
+// Needs K % 4 == 0 and 16-byte aligned x and W (the caller checks). CF_ROWS: rows rounded up to 4, 8 or 16.
+#ifndef CF_ROWS
+#define CF_ROWS 16
+#endif
+#define CF_WARPS 8
+#define CF_OUTS 4
+#define CF_KS 512
+#define CF_SUMS (CF_OUTS * CF_ROWS)
+
+extern "C" __global__ void __launch_bounds__(CF_WARPS * 32) dense_gemv_part(
+    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ part, int rows, int K, int N)
+{
+    __shared__ float4 xs[CF_ROWS * (CF_KS / 4)];
+    const int slice = blockIdx.y, k0 = slice * CF_KS;
+    const int quads = min(CF_KS, K - k0) / 4;   // column quads in this slice
+    const int tid = threadIdx.x;
+    for (int i = tid; i < CF_ROWS * (CF_KS / 4); i += CF_WARPS * 32) {
+        const int r = i / (CF_KS / 4), c = i % (CF_KS / 4);
+        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (r < rows && c < quads) v = __ldg(reinterpret_cast<const float4*>(x + (size_t)r * K + k0) + c);
+        xs[i] = v;
+    }
+    __syncthreads();
+    const int warp = tid / 32, lane = tid % 32;
+    const int n0 = (blockIdx.x * CF_WARPS + warp) * CF_OUTS;
+    float acc[CF_SUMS];   // acc[o * CF_ROWS + r]
+#pragma unroll
+    for (int i = 0; i < CF_SUMS; ++i) acc[i] = 0.f;
+#pragma unroll
+    for (int j = 0; j < CF_KS / 128; ++j) {
+        const int c = j * 32 + lane;
+        if (c < quads) {
+            float4 wv[CF_OUTS];
+#pragma unroll
+            for (int o = 0; o < CF_OUTS; ++o) {
+                wv[o] = make_float4(0.f, 0.f, 0.f, 0.f);
+                if (n0 + o < N) wv[o] = __ldg(reinterpret_cast<const float4*>(w + (size_t)(n0 + o) * K + k0) + c);
+            }
+#pragma unroll
+            for (int r = 0; r < CF_ROWS; ++r) {
+                const float4 xv = xs[r * (CF_KS / 4) + c];
+#pragma unroll
+                for (int o = 0; o < CF_OUTS; ++o) {
+                    float a = acc[o * CF_ROWS + r];
+                    a = fmaf(wv[o].x, xv.x, a);
+                    a = fmaf(wv[o].y, xv.y, a);
+                    a = fmaf(wv[o].z, xv.z, a);
+                    acc[o * CF_ROWS + r] = fmaf(wv[o].w, xv.w, a);
+                }
+            }
+        }
+    }
+    // Reduce-scatter over the warp: at mask m the lanes with bit m set keep the upper half of their sums and
+    // send the lower half (the others the reverse), so the count halves at each step until one is left.
+    int base = 0;          // the index of acc[0] among the CF_SUMS sums, on this lane
+    bool owner = true;     // whether this lane writes (duplicates after the count reached one)
+    int count = CF_SUMS;
+#pragma unroll
+    for (int m = 16; m >= 1; m >>= 1) {
+        const bool upper = (lane & m) != 0;
+        if (count >= 2) {
+            const int half = count / 2;
+#pragma unroll
+            for (int i = 0; i < CF_SUMS / 2; ++i) {
+                if (i < half) {
+                    const float send = upper ? acc[i] : acc[i + half];
+                    const float keep = upper ? acc[i + half] : acc[i];
+                    acc[i] = keep + __shfl_xor_sync(0xffffffffu, send, m);
+                }
+            }
+            base += upper ? half : 0;
+            count = half;
+        } else {
+            acc[0] += __shfl_xor_sync(0xffffffffu, acc[0], m);
+            owner = owner && !upper;
+        }
+    }
+    if (!owner) return;
+#pragma unroll
+    for (int i = 0; i < CF_SUMS / 32 + 1; ++i) {
+        if (i < count) {
+            const int o = (base + i) / CF_ROWS, r = (base + i) % CF_ROWS;
+            if (r < rows && n0 + o < N) part[((size_t)slice * rows + r) * N + n0 + o] = acc[i];
+        }
+    }
+}
+
+// y[r][n] = bias[n] + the slices' partial sums, in slice order.
+extern "C" __global__ void dense_gemv_sum(const float* __restrict__ part, const float* __restrict__ bias,
+                                          float* __restrict__ y, int rows, int N, int slices, int has_bias)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= rows * N) return;
+    float s = 0.f;
+    for (int sl = 0; sl < slices; ++sl) s += part[(size_t)sl * rows * N + i];
+    y[i] = has_bias ? s + bias[i % N] : s;
+}

@@ -1,0 +1,123 @@
+"""The GPU engine's exact dense layers: y = x W^T + b in whichever of five forms measures fastest per batch size.
+
+Four are cuBLAS calls; the fifth, ``gemv``, is this project's split-K kernel for 1-16 rows
+(``conv/cuda/dense_gemv.cu``, launched through the CUDA C kernels' launcher): at 10 images a dense layer is a
+matrix-vector product whose weights (fa17: 14.4 MB) dominate, and cuBLAS runs it on a handful of blocks.
+Which form wins depends on the layer and the batch (no fixed rule held, see ``GpuDense``), so each layer times
+them the first time a batch size comes, on the GPU alone, and keeps the choice.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+
+from convforge.conv import cuda_common as cc
+
+GEMV_ROWS = (4, 8, 16)    # the compiled row counts (CF_ROWS) of dense_gemv.cu; at most its last
+GEMV_SLICE = 512          # CF_KS: reduction columns per block
+GEMV_OUTPUTS = 32         # CF_WARPS * CF_OUTS: outputs per block
+
+
+def kernel_specs() -> list[cc.KernelSpec]:
+    """Every compiled form of dense_gemv.cu (one per row count)."""
+    return [cc.KernelSpec.of("dense_gemv.cu", CF_ROWS=rows) for rows in GEMV_ROWS]
+
+
+def scratch(shape: tuple, device: torch.device) -> torch.Tensor:
+    """An uninitialised fp32 buffer for the gemv kernels (the tests poison it to prove every element written)."""
+    return torch.empty(shape, device=device, dtype=torch.float32)
+
+
+Measure = Callable[[Callable[[], object], str, int], float]   # (call, device, calls) -> median seconds
+
+
+class GpuDense:
+    """An exact fp32 dense layer in whichever of five forms measures fastest the first time a batch size comes
+    (each timed by ``measure``, the engine's GPU-only median of 5 calls; the choice is kept per batch size):
+
+    - ``linear``: ``x W^T + b`` with the weight as stored (F.linear);
+    - ``transposed``: addmm with ``W^T`` stored contiguous. At 10000 images it took fa17's 7200 -> 500 layer
+      from 2.07 to 1.58 ms on an H100 and made fa18's 17496 -> 160 layer 7 % slower: no fixed rule wins;
+    - ``output-major``: ``(b + W x^T)^T``, returned as a transposed view: at 10-100 images cuBLAS's kernels for a
+      500 x 100 output beat those for 100 x 500 (fa17 fc1 at 100 images: 36 against 71-81 us on an H200);
+    - ``split-k``: S products over K/S each in one batched call, then their sum: the small-batch products
+      otherwise run on a handful of blocks (fa17 fc1 at 10 images: 13 against 25-27 us), for K a multiple of S;
+    - ``gemv``: dense_gemv.cu (module docstring) for at most 16 rows, K a multiple of 4, where CuPy can launch it.
+    (benchmarks/2026-11-26-h100-h200-whole-network-floors/small_dense.txt)"""
+
+    VARIANTS = ("linear", "transposed", "output-major", "split-k", "gemv")
+    SPLITS = (16, 12, 8)     # the first that divides K into parts of at least MIN_SPLIT_DEPTH
+    MIN_SPLIT_DEPTH = 256
+
+    def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor], measure: Measure):
+        self.weight, self.bias, self.measure = weight, bias, measure
+        self.weight_t = weight.t().contiguous()
+        self.bias_column = None if bias is None else bias[:, None].contiguous()
+        depth = weight.shape[1]
+        self.splits = next((s for s in self.SPLITS if depth % s == 0 and depth // s >= self.MIN_SPLIT_DEPTH), None)
+        self.choice: dict[int, str] = {}
+        self.has_gemv = (weight.device.type == cc.DEVICE_TYPE and depth % 4 == 0 and weight.is_contiguous()
+                         and weight.data_ptr() % 16 == 0 and (bias is None or bias.is_contiguous())
+                         and (cc.DEVICE_TYPE != "cuda" or cc.unavailable_reason() is None))
+
+    @property
+    def variants(self) -> tuple[str, ...]:
+        """The forms this layer has (for any batch: ``gemv`` also needs at most 16 rows, see ``serves``)."""
+        return tuple(v for v in self.VARIANTS if (v != "split-k" or self.splits) and (v != "gemv" or self.has_gemv))
+
+    def serves(self, variant: str, rows: int) -> bool:
+        return variant in self.variants and (variant != "gemv" or rows <= GEMV_ROWS[-1])
+
+    def _gemv(self, x: torch.Tensor) -> torch.Tensor:
+        rows, depth = x.shape
+        if not x.is_contiguous() or x.data_ptr() % 16:
+            x = x.contiguous() if not x.is_contiguous() else x.clone()
+        outputs = self.weight.shape[0]
+        spec = kernel_specs()[next(i for i, r in enumerate(GEMV_ROWS) if r >= rows)]
+        slices = cc.cdiv(depth, GEMV_SLICE)
+        part, y = scratch((slices, rows, outputs), x.device), scratch((rows, outputs), x.device)
+        cc.kernel(spec, "dense_gemv_part", x.device)(
+            (cc.cdiv(outputs, GEMV_OUTPUTS), slices), (256,),
+            (cc.ptr(x), cc.ptr(self.weight), cc.ptr(part), cc.i32(rows), cc.i32(depth), cc.i32(outputs)))
+        cc.kernel(spec, "dense_gemv_sum", x.device)(
+            (cc.cdiv(rows * outputs, 256),), (256,),
+            (cc.ptr(part), cc.ptr(self.bias), cc.ptr(y), cc.i32(rows), cc.i32(outputs), cc.i32(slices),
+             cc.i32(0 if self.bias is None else 1)))
+        return y
+
+    def run(self, variant: str, x: torch.Tensor) -> torch.Tensor:
+        if variant == "linear":
+            return torch.nn.functional.linear(x, self.weight, self.bias)
+        if variant == "transposed":
+            return torch.mm(x, self.weight_t) if self.bias is None else torch.addmm(self.bias, x, self.weight_t)
+        if variant == "output-major":
+            if self.bias is None:
+                return torch.mm(self.weight, x.t()).t()
+            return torch.addmm(self.bias_column, self.weight, x.t()).t()
+        if variant == "split-k" and self.splits:
+            rows, depth = x.shape
+            parts = torch.bmm(x.reshape(rows, self.splits, depth // self.splits).transpose(0, 1),
+                              self.weight_t.view(self.splits, depth // self.splits, -1))
+            y = parts.sum(0)
+            return y if self.bias is None else y.add_(self.bias)
+        if variant == "gemv" and self.serves("gemv", x.shape[0]):
+            return self._gemv(x)
+        raise ValueError(f"unknown dense variant {variant!r} for {x.shape[0]} rows; one of "
+                         f"{', '.join(v for v in self.variants if self.serves(v, x.shape[0]))}")
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.shape[0]
+        variant = self.choice.get(rows)
+        if variant is None:
+            if x.is_cuda and torch.cuda.is_current_stream_capturing():
+                return self.run("linear", x)   # no measuring inside a graph capture (callers warm up first)
+            served = [v for v in self.variants if self.serves(v, rows)]
+            variant = self.choice[rows] = min(served, key=lambda v: self._seconds(v, x))
+        return self.run(variant, x)
+
+    def _seconds(self, variant: str, x: torch.Tensor, calls: int = 5) -> float:
+        """Median seconds of one call on the GPU alone (a spin queued ahead hides the launch work)."""
+        self.run(variant, x)   # cuBLAS picks and loads its kernel
+        return self.measure(lambda: self.run(variant, x), x.device.type, calls)
