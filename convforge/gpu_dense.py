@@ -1,6 +1,6 @@
 """The GPU engine's exact dense layers: y = x W^T + b in whichever of five forms measures fastest per batch size.
 
-Four are cuBLAS calls; the fifth, ``gemv``, is this project's split-K kernel for 1-16 rows
+Four are cuBLAS calls; the fifth, ``gemv``, is this project's split-K kernel for 1-128 rows
 (``conv/cuda/dense_gemv.cu``, launched through the CUDA C kernels' launcher): at 10 images a dense layer is a
 matrix-vector product whose weights (fa17: 14.4 MB) dominate, and cuBLAS runs it on a handful of blocks.
 Which form wins depends on the layer and the batch (no fixed rule held, see ``GpuDense``), so each layer times
@@ -15,7 +15,8 @@ import torch
 
 from convforge.conv import cuda_common as cc
 
-GEMV_ROWS = (4, 8, 16)    # the compiled row counts (CF_ROWS) of dense_gemv.cu; at most its last
+GEMV_ROWS = (4, 8, 16)    # the compiled row counts (CF_ROWS) of dense_gemv.cu: one group of rows per block
+GEMV_MAX_ROWS = 128       # beyond, the weights' re-reads (one per group of 16 rows) outweigh cuBLAS's tiles
 GEMV_SLICE = 512          # CF_KS: reduction columns per block
 GEMV_OUTPUTS = 32         # CF_WARPS * CF_OUTS: outputs per block
 
@@ -44,7 +45,7 @@ class GpuDense:
       500 x 100 output beat those for 100 x 500 (fa17 fc1 at 100 images: 36 against 71-81 us on an H200);
     - ``split-k``: S products over K/S each in one batched call, then their sum: the small-batch products
       otherwise run on a handful of blocks (fa17 fc1 at 10 images: 13 against 25-27 us), for K a multiple of S;
-    - ``gemv``: dense_gemv.cu (module docstring) for at most 16 rows, K a multiple of 4, where CuPy can launch it.
+    - ``gemv``: dense_gemv.cu (module docstring) for at most 128 rows, K a multiple of 4, where CuPy can launch it.
     (benchmarks/2026-11-26-h100-h200-whole-network-floors/small_dense.txt)"""
 
     VARIANTS = ("linear", "transposed", "output-major", "split-k", "gemv")
@@ -64,22 +65,23 @@ class GpuDense:
 
     @property
     def variants(self) -> tuple[str, ...]:
-        """The forms this layer has (for any batch: ``gemv`` also needs at most 16 rows, see ``serves``)."""
+        """The forms this layer has (for any batch: ``gemv`` also needs at most 128 rows, see ``serves``)."""
         return tuple(v for v in self.VARIANTS if (v != "split-k" or self.splits) and (v != "gemv" or self.has_gemv))
 
     def serves(self, variant: str, rows: int) -> bool:
-        return variant in self.variants and (variant != "gemv" or rows <= GEMV_ROWS[-1])
+        return variant in self.variants and (variant != "gemv" or rows <= GEMV_MAX_ROWS)
 
     def _gemv(self, x: torch.Tensor) -> torch.Tensor:
         rows, depth = x.shape
         if not x.is_contiguous() or x.data_ptr() % 16:
             x = x.contiguous() if not x.is_contiguous() else x.clone()
         outputs = self.weight.shape[0]
-        spec = kernel_specs()[next(i for i, r in enumerate(GEMV_ROWS) if r >= rows)]
+        spec = kernel_specs()[next((i for i, r in enumerate(GEMV_ROWS) if r >= rows), len(GEMV_ROWS) - 1)]
+        group = dict(spec.constants)["CF_ROWS"]
         slices = cc.cdiv(depth, GEMV_SLICE)
         part, y = scratch((slices, rows, outputs), x.device), scratch((rows, outputs), x.device)
         cc.kernel(spec, "dense_gemv_part", x.device)(
-            (cc.cdiv(outputs, GEMV_OUTPUTS), slices), (256,),
+            (cc.cdiv(outputs, GEMV_OUTPUTS), slices, cc.cdiv(rows, group)), (256,),
             (cc.ptr(x), cc.ptr(self.weight), cc.ptr(part), cc.i32(rows), cc.i32(depth), cc.i32(outputs)))
         cc.kernel(spec, "dense_gemv_sum", x.device)(
             (cc.cdiv(rows * outputs, 256),), (256,),

@@ -184,8 +184,9 @@ def test_an_implementation_that_reads_the_host_is_refused_for_cuda_graphs():
 
 @pytest.mark.parametrize("bias", [True, False])
 def test_gpu_dense_gemv_kernel_matches_float64(emulation, monkeypatch, bias):
-    """dense_gemv.cu (the GPU dense layer's split-K form for <= 16 rows), run by the host emulation: within 1e-5
-    of float64 for every compiled row count, a last partial K slice, outputs not a multiple of a block's 32 and
+    """dense_gemv.cu (the GPU dense layer's split-K form for <= 128 rows), run by the host emulation: within 1e-5
+    of float64 for every compiled row count and two groups of rows, a last partial K slice, outputs not a
+    multiple of a block's 32 and
     a transposed input view; its partial and output buffers are poisoned (NaN) first, so every element that is
     read was written."""
     from convforge import gpu_dense
@@ -196,16 +197,16 @@ def test_gpu_dense_gemv_kernel_matches_float64(emulation, monkeypatch, bias):
     b = torch.randn(45, generator=gen) if bias else None
     dense = gpu_dense.GpuDense(weight, b, median_seconds)
     assert "gemv" in dense.variants
-    for rows in (1, 4, 7, 16):
+    for rows in (1, 4, 7, 16, 19):
         x = torch.rand(rows, 1028, generator=gen) * 4 - 2
         ref = torch.nn.functional.linear(x.double(), weight.double(), b.double() if bias else None)
         for view in (x, x.t().contiguous().t()):
             out = dense.run("gemv", view)
             assert out.shape == ref.shape and not out.isnan().any()
             assert ((out.double() - ref).norm() / ref.norm()).item() <= 1e-5, rows
-    assert not dense.serves("gemv", 17)
-    with pytest.raises(ValueError, match="unknown dense variant 'gemv' for 17 rows"):
-        dense.run("gemv", torch.rand(17, 1028))
+    assert not dense.serves("gemv", 129)
+    with pytest.raises(ValueError, match="unknown dense variant 'gemv' for 129 rows"):
+        dense.run("gemv", torch.rand(129, 1028))
     assert "gemv" not in gpu_dense.GpuDense(weight[:, :1026].contiguous(), b, median_seconds).variants   # K % 4
 
 
@@ -213,7 +214,7 @@ def test_gpu_dense_gemv_kernel_matches_float64(emulation, monkeypatch, bias):
 @needs_cuda
 def test_gpu_dense_gemv_kernel_on_the_gpu(monkeypatch):
     """The same kernel on a GPU, at every preset's first dense layer size: within 1e-5 of float64 with poisoned
-    buffers, for 1 to 16 rows, and bit-equal from one call to the next (its sum has a fixed order)."""
+    buffers, for 1 to 128 rows, and bit-equal from one call to the next (its sum has a fixed order)."""
     from convforge import gpu_dense
     from convforge.engine import median_seconds
     monkeypatch.setattr(gpu_dense, "scratch",
@@ -224,7 +225,7 @@ def test_gpu_dense_gemv_kernel_on_the_gpu(monkeypatch):
         b = torch.randn(outputs, device="cuda", generator=gen)
         dense = gpu_dense.GpuDense(weight, b, median_seconds)
         assert "gemv" in dense.variants
-        for rows in (1, 3, 10, 16):
+        for rows in (1, 3, 10, 16, 100, 128):
             x = torch.rand(rows, depth, device="cuda", generator=gen) * 255
             ref = torch.nn.functional.linear(x.double(), weight.double(), b.double())
             out = dense.run("gemv", x)

@@ -1,13 +1,14 @@
-// Small-batch dense layer, y = x W^T + b for rows <= CF_ROWS (10-16 images): split-K GEMV in two launches.
+// Small-batch dense layer, y = x W^T + b for a few rows (10-100 images): split-K GEMV in two launches.
 //
 // cuBLAS runs a 10 x 7200 x 500 product (fa17's first dense layer at 10 images) on a handful of blocks:
 // 24-27 us for 14.4 MB of weights that the copy rate reads in under 5 us. Here the weights are read once,
 // by every SM: block (bx, s) takes CF_WARPS * CF_OUTS outputs and the s-th slice of CF_KS reduction
 // columns; the slice of x (rows x CF_KS) is staged in shared memory; each warp reads CF_OUTS weight rows with
-// 16-byte loads (lane = column quad) and keeps rows x CF_OUTS sums per lane; a reduce-scatter of shuffles
+// 16-byte loads (lane = column quad) and keeps CF_ROWS x CF_OUTS sums per lane (grid z: groups of CF_ROWS
+// rows, each reading the weights again, mostly from L2); a reduce-scatter of shuffles
 // (62 for 64 sums, not 320) leaves each sum on one lane, which writes it to part[s][row][n].
 // dense_gemv_sum adds the slices in order plus the bias: deterministic, so a CUDA graph replays bit-equal.
-// Needs K % 4 == 0 and 16-byte aligned x and W (the caller checks). CF_ROWS: rows rounded up to 4, 8 or 16.
+// Needs K % 4 == 0 and 16-byte aligned x and W (the caller checks). CF_ROWS: 4, 8 or 16 (a power of two).
 #ifndef CF_ROWS
 #define CF_ROWS 16
 #endif
@@ -17,10 +18,12 @@
 #define CF_SUMS (CF_OUTS * CF_ROWS)
 
 extern "C" __global__ void __launch_bounds__(CF_WARPS * 32) dense_gemv_part(
-    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ part, int rows, int K, int N)
+    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ part, int all_rows, int K, int N)
 {
     __shared__ float4 xs[CF_ROWS * (CF_KS / 4)];
     const int slice = blockIdx.y, k0 = slice * CF_KS;
+    const int r0 = blockIdx.z * CF_ROWS, rows = min(CF_ROWS, all_rows - r0);   // this block's rows: r0 + r
+    x += (size_t)r0 * K;
     const int quads = min(CF_KS, K - k0) / 4;   // column quads in this slice
     const int tid = threadIdx.x;
     for (int i = tid; i < CF_ROWS * (CF_KS / 4); i += CF_WARPS * 32) {
@@ -89,7 +92,7 @@ extern "C" __global__ void __launch_bounds__(CF_WARPS * 32) dense_gemv_part(
     for (int i = 0; i < CF_SUMS / 32 + 1; ++i) {
         if (i < count) {
             const int o = (base + i) / CF_ROWS, r = (base + i) % CF_ROWS;
-            if (r < rows && n0 + o < N) part[((size_t)slice * rows + r) * N + n0 + o] = acc[i];
+            if (r < rows && n0 + o < N) part[((size_t)slice * all_rows + r0 + r) * N + n0 + o] = acc[i];
         }
     }
 }
