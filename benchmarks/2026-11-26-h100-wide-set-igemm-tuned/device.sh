@@ -6,7 +6,7 @@ set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 D=benchmarks/2026-11-26-h100-wide-set-igemm-tuned
 OUT=${OUT:-/tmp/out}; LOGS=$OUT/logs; mkdir -p "$LOGS"
-stages=${*:-compile sweep gpumode wide tf32}
+stages=${*:-compile sweep gpumode wide tf32 fftab}
 has() { [[ " $stages " == *" $1 "* ]]; }
 t() { echo "== $1: $SECONDS s"; }
 { date -u; cat COMMIT 2>/dev/null; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,uuid --format=csv,noheader
@@ -27,5 +27,6 @@ for part in "a|s[3] < 1024|0::2" "b|s[3] < 1024|1::2" "1024|s[3] == 1024|0:99"; 
     $BENCH_ARGS --out "$OUT/wide_$name.json" > "$LOGS/wide_$name.txt" 2>&1; tail -2 "$LOGS/wide_$name.txt"
 done
 has tf32 && { t tf32; timeout ${T_TF32:-70} python3 $D/sweep.py tf32 "$OUT/tf32.json" > "$LOGS/tf32.txt" 2>&1; head -1 "$LOGS/tf32.txt"; tail -1 "$LOGS/tf32.txt" | cut -c1-200; }
+has fftab && { t fftab; timeout ${T_FFTAB:-60} python3 $D/sweep.py fftab "$OUT/fftab.json" > "$LOGS/fftab.txt" 2>&1; grep -o "^[a-z]* .\{0,40\}\|batch plan.*" "$LOGS/fftab.txt" | paste - - ; }
 t done
 tar -czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$LOGS"

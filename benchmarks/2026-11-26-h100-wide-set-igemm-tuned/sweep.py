@@ -5,6 +5,7 @@ every gpumode and wide shape in one process (the TF32 goal) and the cuBLAS ceili
     python3 sweep.py compile             # every candidate kernel, 14 processes (CuPy's disk cache)
     python3 sweep.py sweep OUT.json      # candidates per shape, winners -> convforge/tuning/cuda-igemm.json
     python3 sweep.py tf32 OUT.json       # cuDNN fp32 / TF32, igemm-tf32 and 3xtf32 (as tuned) medians, ceilings
+    python3 sweep.py fftab OUT.json      # fft's tile for one image vs for the batch (fft_conv.BATCH_PLAN), A/B
 
 Timing: CUDA events around each call, inputs rotated over copies totalling >= 256 MiB (past the 50 MB L2),
 median of REPS after two warm-up calls. Inputs as bench draws them (uniform -64..191, weights N(0, 0.05)).
@@ -206,6 +207,46 @@ def tf32(out: str):
                 json.dump({"env": env(), "cublas_tflops": rates, "rows": rows}, handle, indent=1)
 
 
+def fftab(out: str):
+    """fft with the tile planned for one image (BATCH_PLAN False) and for the call's batch (True), on every
+    gpumode / wide shape under 1024 px whose two plans differ: the two interleaved (A B A B, median of each),
+    cuDNN fp32 beside them, each checked against float64 (image 0's first rows)."""
+    import torch
+    import torch.nn.functional as F
+    from convforge.conv import fft_conv
+    from convforge.harness.bench import SHAPE_SETS
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.benchmark = True
+    rows = []
+    for set_name in ("gpumode", "wide"):
+        for B, M, C, H, W, K in SHAPE_SETS[set_name]:
+            one, per_batch = fft_conv.plan(M, C, H, W, K), fft_conv.plan(M, C, H, W, K, B)
+            if H >= 1024 or one == per_batch:
+                continue
+            x, w, xs = inputs(B, M, C, H, W, K, seed=B * 3 + M + C + H + K)
+            r = min(8, H - K + 1)
+            ref = F.conv2d(x[:1, :, :K - 1 + r].double(), w.double())
+            row = {"set": set_name, "shape": [B, M, C, H, W, K], "tile_one": [one.th, one.tw],
+                   "tile_batch": [per_batch.th, per_batch.tw], "cudnn_ms": median_ms(lambda t: F.conv2d(t, w), xs)}
+            fn = fft_conv.prepare(w)
+            times = {False: [], True: []}
+            for rep in range(3):
+                for flag in (False, True):
+                    fft_conv.BATCH_PLAN = flag
+                    if rep == 0:
+                        got = fn(x)[:1, :, :r].double()
+                        row[f"err_{int(flag)}"] = float(torch.linalg.vector_norm(got - ref) / torch.linalg.vector_norm(ref))
+                    times[flag].append(median_ms(fn, xs, reps=5))
+            fft_conv.BATCH_PLAN = False
+            row["ms_one"], row["ms_batch"] = sorted(times[False])[1], sorted(times[True])[1]
+            print(set_name, row, f"batch plan {row['ms_one'] / row['ms_batch']:.2f}x", flush=True)
+            rows.append(row)
+            del x, w, xs, ref, fn
+            torch.cuda.empty_cache()
+            with open(out, "w") as handle:
+                json.dump({"env": env(), "rows": rows}, handle, indent=1)
+
+
 if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "compile":
@@ -214,5 +255,7 @@ if __name__ == "__main__":
         sweep(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else "benchmarks/2026-11-26-h100-wide-set-igemm-tuned/sweep.json")
     elif cmd == "tf32":
         tf32(sys.argv[2])
+    elif cmd == "fftab":
+        fftab(sys.argv[2])
     else:
         sys.exit(f"unknown command {cmd!r}")
