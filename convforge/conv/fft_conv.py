@@ -122,8 +122,13 @@ def tiling(height: int, width: int, kernel: int, th: int, tw: int) -> Plan:
 
 
 # BATCH_PLAN: choose the tile for the call's batch size (the model's time for B images) rather than for one
-# image; a spectrum is then kept per tile size (the latest SPECTRA_KEPT). Off by default until measured.
-BATCH_PLAN = False
+# image; a spectrum is then kept per tile size (the latest SPECTRA_KEPT). Measured on an H100 (2026-11-26,
+# benchmarks/2026-11-26-h100-wide-set-igemm-tuned, sweep.py fftab, A/B interleaved in one process): the tile
+# changes on 22 of the 35 gpumode / wide shapes under 1024 px, 1.01-1.70x faster on 20 of them (1.5-1.7x on
+# six batch 8-64 K = 3 layers, 1.40x on 32 x 64 x 16 x 112 px K = 7), slower on two: 0.84x on 4 x 128 x 64 x
+# 128 px K = 3 (a 45 x 45 tile), 0.96x on gpu-mode's 2 x 128 x 256 px K = 16 (96 x 96); errors unchanged
+# (1.6e-7 - 5.2e-7 against float64). The model has no per-radix FFT cost.
+BATCH_PLAN = True
 SPECTRA_KEPT = 2
 
 
