@@ -10,8 +10,9 @@ of the direct sum's 2 C M K^2 per output, so K >= 5 layers with many channels do
 Images larger than the tile are cut into overlapping tiles (overlap-save) so that the weight spectrum,
 M x C x Th x (Tw/2+1) complex64 kept by prepare, stays under WEIGHT_BYTES (a whole 256 x 256 spectrum of
 gpu-mode's 128 x 128-channel layers would be 4.3 GB), and a call works through its tiles in chunks whose
-spectra stay under WORK_BYTES. The tile size is chosen per input size by a cost model (plan), from the
-FFT-friendly sizes (factors 2, 3, 5, 7). The bias is added to each tile's DC frequency, at no extra pass.
+spectra stay under WORK_BYTES. The tile size is chosen per input size and batch size (BATCH_PLAN) by a cost
+model (plan), from the FFT-friendly sizes (factors 2, 3, 5, 7). The bias is added to each tile's DC frequency,
+at no extra pass.
 Course step: none; beyond the course (its steps are direct and unrolled / implicit-GEMM convolution). It
 reproduces no course optimisation.
 Precision: fp32 FFTs and an fp32 complex product (TF32 switched off for it on every call). The error of an
