@@ -364,7 +364,7 @@ def test_gpu_shapes_and_configs(name):
         fn, tolerance = _prepare(name, w.cuda(), None if b is None else b.cuda())
         _check(fn, x.cuda(), _reference(x, w, b), tolerance, f"{name} {shape}")
     x, w, b = _data((2, 70, 12, 11, 13, 3, 2), seed=11)
-    for config in cuda_igemm.LAUNCH_CONFIGS:
+    for config in cuda_igemm.LAUNCH_CONFIGS + cuda_igemm.SMALL_CONFIGS:
         fn, tolerance = _prepare(name, w.cuda(), b.cuda(), config=config)
         _check(fn, x.cuda(), _reference(x, w, b), tolerance, f"{name} {config}")
     # both k orders (and BK 16 / 32) where BK divides the channels: the seed-like and gpu-mode-like shapes
@@ -375,3 +375,17 @@ def test_gpu_shapes_and_configs(name):
             if shape[2] % config.get("bk", 16) == 0:
                 fn, tolerance = _prepare(name, w.cuda(), None if b is None else b.cuda(), config=config)
                 _check(fn, x.cuda(), ref, tolerance, f"{name} {shape} {config}")
+
+
+@needs_gpu
+@pytest.mark.gpu
+def test_gpu_tuning_entries_run_exact():
+    """Every convforge/tuning/cuda-igemm.json entry's config and split, at a batch of 2 on its layer cut to 3
+    rows of outputs (the full reduction), against float64 with a NaN-poisoned output."""
+    from convforge import tuning
+    for entry in tuning.entries(cuda_igemm.TUNING_IMPL):
+        s = entry["shape"]
+        rows = min(s["H"], s["K"] + 2)
+        x, w, b = _data((2, s["M"], s["C"], rows, s["W"], s["K"], s["K"]), seed=s["M"] + s["C"] + s["K"])
+        fn = cuda_igemm.prepare(w.cuda(), b.cuda(), precision=s["precision"], config=entry["config"])
+        _check(fn, x.cuda(), _reference(x, w, b), 1e-5, f"tuned {s}")
