@@ -148,7 +148,7 @@ def test_emulated_every_tile_config(emulation):
     shape = (2, 70, 12, 11, 13, 3, 2)      # KR = 72, N = 2*9*12 = 216: partial tiles in every dimension
     x, w, b = _data(shape, seed=11)
     ref = _reference(x, w, b)
-    for config in cuda_igemm.LAUNCH_CONFIGS + ({**cuda_igemm.LAUNCH_CONFIGS[1], "epi": 0},):
+    for config in cuda_igemm.LAUNCH_CONFIGS + cuda_igemm.SMALL_CONFIGS + ({**cuda_igemm.LAUNCH_CONFIGS[1], "epi": 0},):
         for name in NAMES:
             fn, tolerance = _prepare(name, w, b, config=config)
             _check(fn, x, ref, tolerance, f"{name} {config} (emulated)")
@@ -225,6 +225,37 @@ def test_emulated_split_k(emulation):
     fn, tolerance = _prepare("cuda-igemm-3xtf32", w, None)
     assert fn.layer_for(4, 4).splits(2)[0] > 1
     _check(fn, x, _reference(x, w, None), tolerance, "auto split (emulated)")
+
+
+@needs_cxx
+@pytest.mark.slow
+def test_emulated_tuned_config_per_batch_size(emulation, monkeypatch):
+    """A tuning entry (cuda_igemm.TUNING_NOTE) for one batch size runs its own config and split there, against
+    float64; other batch sizes and explicit configs keep the default; the file's entries are valid."""
+    shape = (3, 20, 16, 9, 10, 3, 3)
+    x, w, b = _data(shape, seed=31)
+    tuned = {**cuda_igemm.SMALL_CONFIGS[0], "splitk": 2}
+    monkeypatch.setattr(cuda_igemm, "tuned_config",
+                        lambda B, *rest: dict(tuned) if B == 3 and rest == (20, 16, 9, 10, 3, 3, "tf32x3") else None)
+    fn, tolerance = _prepare("cuda-igemm-3xtf32", w, b)
+    layer = fn.layer_for(9, 10)
+    error = _check(fn, x, _reference(x, w, b), tolerance, "tuned config (emulated)")
+    assert error < 2e-6
+    run = layer.for_batch(3)
+    assert run is not layer and (run.geom.bm, run.geom.bn) == (16, 64) and run.splits(3)[0] == 2
+    assert layer.for_batch(2) is layer and layer.geom.bm == 32
+    _check(fn, x[:2], _reference(x[:2], w, b), tolerance, "default config beside a tuned one (emulated)")
+    fixed, _ = _prepare("cuda-igemm-3xtf32", w, b, config={"bm": 64})
+    assert fixed.layer_for(9, 10).for_batch(3) is fixed.layer_for(9, 10)
+
+
+def test_tuning_file_entries_plan():
+    """Every entry of convforge/tuning/cuda-igemm.json (if any) plans on its own layer."""
+    from convforge import tuning
+    for entry in tuning.entries(cuda_igemm.TUNING_IMPL):
+        s = entry["shape"]
+        g = cuda_igemm.plan(s["M"], s["C"], s["H"], s["W"], s["K"], s["K"], s["precision"], entry["config"])
+        assert g.splitk == entry["config"].get("splitk", 0)
 
 
 @needs_cxx
@@ -333,7 +364,7 @@ def test_gpu_shapes_and_configs(name):
         fn, tolerance = _prepare(name, w.cuda(), None if b is None else b.cuda())
         _check(fn, x.cuda(), _reference(x, w, b), tolerance, f"{name} {shape}")
     x, w, b = _data((2, 70, 12, 11, 13, 3, 2), seed=11)
-    for config in cuda_igemm.LAUNCH_CONFIGS:
+    for config in cuda_igemm.LAUNCH_CONFIGS + cuda_igemm.SMALL_CONFIGS:
         fn, tolerance = _prepare(name, w.cuda(), b.cuda(), config=config)
         _check(fn, x.cuda(), _reference(x, w, b), tolerance, f"{name} {config}")
     # both k orders (and BK 16 / 32) where BK divides the channels: the seed-like and gpu-mode-like shapes
@@ -344,3 +375,17 @@ def test_gpu_shapes_and_configs(name):
             if shape[2] % config.get("bk", 16) == 0:
                 fn, tolerance = _prepare(name, w.cuda(), None if b is None else b.cuda(), config=config)
                 _check(fn, x.cuda(), ref, tolerance, f"{name} {shape} {config}")
+
+
+@needs_gpu
+@pytest.mark.gpu
+def test_gpu_tuning_entries_run_exact():
+    """Every convforge/tuning/cuda-igemm.json entry's config and split, at a batch of 2 on its layer cut to 3
+    rows of outputs (the full reduction), against float64 with a NaN-poisoned output."""
+    from convforge import tuning
+    for entry in tuning.entries(cuda_igemm.TUNING_IMPL):
+        s = entry["shape"]
+        rows = min(s["H"], s["K"] + 2)
+        x, w, b = _data((2, s["M"], s["C"], rows, s["W"], s["K"], s["K"]), seed=s["M"] + s["C"] + s["K"])
+        fn = cuda_igemm.prepare(w.cuda(), b.cuda(), precision=s["precision"], config=entry["config"])
+        _check(fn, x.cuda(), _reference(x, w, b), 1e-5, f"tuned {s}")

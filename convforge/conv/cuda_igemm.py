@@ -31,6 +31,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from convforge import tuning
 from convforge.conv import cuda_common as cc
 
 SOURCE = "igemm.cu"
@@ -48,6 +49,21 @@ LAUNCH_CONFIGS: tuple[dict, ...] = (
     {"bm": 128, "bn": 64, "bk": 16, "wm": 64, "wn": 32, "stages": 4, "minb": 2},
     {"bm": 64, "bn": 64, "bk": 16, "wm": 32, "wn": 32, "stages": 4, "minb": 3},
 )
+# Narrow tiles for few maps (M <= 32) and short position runs, which the tuning sweep also times (issue #24):
+# 16 x 64 (two warps), 16 x 128 with BK 32 (four warps, BK 32 for whole 16-byte A copies), 32 x 64 (two warps).
+SMALL_CONFIGS: tuple[dict, ...] = (
+    {"bm": 16, "bn": 64, "bk": 16, "wm": 16, "wn": 32, "stages": 4, "minb": 4},
+    {"bm": 16, "bn": 128, "bk": 32, "wm": 16, "wn": 32, "stages": 4, "minb": 4},
+    {"bm": 32, "bn": 64, "bk": 16, "wm": 32, "wn": 32, "stages": 4, "minb": 4},
+)
+# TUNING_NOTE: measured winners per layer and batch size live in convforge/tuning/cuda-igemm.json, keyed by
+# (B, M, C, H, W, K, precision), written by the wide-set sweep (benchmarks/2026-11-26-*-wide-set-igemm-tuned/
+# sweep.py). A call without an explicit config whose batch, layer and precision have an entry runs the entry's
+# tile config and split (compiled once per config); every other call keeps default_config and choose_splits.
+# Measured (H100, 2026-11-26, benchmarks/2026-11-26-h100-wide-set-igemm-tuned, run 2): 8 of 25 swept wide shapes
+# have an entry, 1.03-1.34x the default config in the same process (128 x 64 on six, 16 x 64 on M = 16, 64 x 64
+# on one); the entries are the H100's, also used on an H200 (bench there: the same ratios to cuDNN within 10 %).
+TUNING_IMPL = "cuda-igemm"
 # FLUSH_NOTE: the tensor cores' fp32 accumulation truncates. Accumulating all of C*KH*KW in the mma accumulator
 # (flush 0) biased every output toward zero: on an H100 (2026-11-25, benchmarks/2026-11-25-h100-igemm-3xtf32)
 # 3xTF32 measured relative errors 2.8e-5 (gpumode K = 8, C*K*K = 4096), 1.2e-4 (16384), 2.2e-4 (32768) and
@@ -242,14 +258,24 @@ def unavailable_reason() -> Optional[str]:
     return cc.tensor_core_unavailable_reason("TF32 mma.sync and cp.async")
 
 
+def tuned_config(B: int, M: int, C: int, H: int, W: int, KH: int, KW: int, precision: str) -> Optional[dict]:
+    """The measured config for this batch and layer (TUNING_NOTE), or None (square kernels only)."""
+    if KH != KW:
+        return None
+    return tuning.lookup(TUNING_IMPL, B=B, M=M, C=C, H=H, W=W, K=KH, precision=precision)
+
+
 class IgemmLayer:
-    """One layer's kernel for one input size: packed weights, the compiled kernel, the launch."""
+    """One layer's kernel for one input size: packed weights, the compiled kernel, the launch. Without an
+    explicit config, a batch size with a tuning entry (TUNING_NOTE) runs its own IgemmLayer of that config."""
 
     def __init__(self, weight, bias, H: int, W: int, precision: str, config: Optional[dict]):
         M, C, KH, KW = weight.shape
         self.device = weight.device
         info = cc.device_info(self.device)
         self.geom = plan(M, C, H, W, KH, KW, precision, config, info.smem_per_block_optin)
+        self._weight, self._tunable = weight, config is None
+        self._tuned: dict[int, Optional["IgemmLayer"]] = {}
         self.a_big, self.a_small = pack_weights(weight, self.geom)
         self.bias = bias
         self.kernel = cc.kernel(self.geom.spec(), "conv_igemm", self.device)
@@ -267,7 +293,21 @@ class IgemmLayer:
             self._splits[B] = choose_splits(blocks, g.kt, self.sms, ktile_s, extra_s, g.splitk)
         return self._splits[B]
 
+    def for_batch(self, B: int) -> "IgemmLayer":
+        """The layer that runs a batch of B: a tuned config's (TUNING_NOTE) where one is recorded, else self."""
+        if not self._tunable:
+            return self
+        if B not in self._tuned:
+            g = self.geom
+            config = tuned_config(B, g.M, g.C, g.H, g.W, g.KH, g.KW, g.precision)
+            self._tuned[B] = None if config is None else IgemmLayer(self._weight, self.bias, g.H, g.W,
+                                                                     g.precision, config)
+        return self._tuned[B] or self
+
     def __call__(self, x: torch.Tensor, out: Optional[torch.Tensor]) -> torch.Tensor:
+        layer = self.for_batch(x.shape[0])
+        if layer is not self:
+            return layer(x, out)
         g = self.geom
         B = x.shape[0]
         P = g.ho * g.wo

@@ -10,8 +10,9 @@ of the direct sum's 2 C M K^2 per output, so K >= 5 layers with many channels do
 Images larger than the tile are cut into overlapping tiles (overlap-save) so that the weight spectrum,
 M x C x Th x (Tw/2+1) complex64 kept by prepare, stays under WEIGHT_BYTES (a whole 256 x 256 spectrum of
 gpu-mode's 128 x 128-channel layers would be 4.3 GB), and a call works through its tiles in chunks whose
-spectra stay under WORK_BYTES. The tile size is chosen per input size by a cost model (plan), from the
-FFT-friendly sizes (factors 2, 3, 5, 7). The bias is added to each tile's DC frequency, at no extra pass.
+spectra stay under WORK_BYTES. The tile size is chosen per input size and batch size (BATCH_PLAN) by a cost
+model (plan), from the FFT-friendly sizes (factors 2, 3, 5, 7). The bias is added to each tile's DC frequency,
+at no extra pass.
 Course step: none; beyond the course (its steps are direct and unrolled / implicit-GEMM convolution). It
 reproduces no course optimisation.
 Precision: fp32 FFTs and an fp32 complex product (TF32 switched off for it on every call). The error of an
@@ -121,18 +122,29 @@ def tiling(height: int, width: int, kernel: int, th: int, tw: int) -> Plan:
     return Plan(th, tw, sh, sw, math.ceil((height - kernel + 1) / sh), math.ceil((width - kernel + 1) / sw))
 
 
+# BATCH_PLAN: choose the tile for the call's batch size (the model's time for B images) rather than for one
+# image; a spectrum is then kept per tile size (the latest SPECTRA_KEPT). Measured on an H100 (2026-11-26,
+# benchmarks/2026-11-26-h100-wide-set-igemm-tuned, sweep.py fftab, A/B interleaved in one process): the tile
+# changes on 22 of the 35 gpumode / wide shapes under 1024 px, 1.01-1.70x faster on 20 of them (1.5-1.7x on
+# six batch 8-64 K = 3 layers, 1.40x on 32 x 64 x 16 x 112 px K = 7), slower on two: 0.84x on 4 x 128 x 64 x
+# 128 px K = 3 (a 45 x 45 tile), 0.96x on gpu-mode's 2 x 128 x 256 px K = 16 (96 x 96); errors unchanged
+# (1.6e-7 - 5.2e-7 against float64). The model has no per-radix FFT cost.
+BATCH_PLAN = True
+SPECTRA_KEPT = 2
+
+
 @lru_cache(maxsize=256)
-def plan(maps: int, channels: int, height: int, width: int, kernel: int) -> Plan:
-    """The tile size for an input size: the cheapest by the model for one image (so that the weight spectrum
-    prepared for an input size serves every batch size), among FFT-friendly sizes from K up to the whole
-    image, whose weight spectrum fits WEIGHT_BYTES; the smallest tile when none fits."""
+def plan(maps: int, channels: int, height: int, width: int, kernel: int, batch: int = 1) -> Plan:
+    """The tile size for an input size: the cheapest by the model for ``batch`` images (1 by default, so that
+    the weight spectrum prepared for an input size serves every batch size), among FFT-friendly sizes from K
+    up to the whole image, whose weight spectrum fits WEIGHT_BYTES; the smallest tile when none fits."""
     full_h, full_w = fast_size_at_least(height), fast_size_at_least(width)
     options = {tiling(height, width, kernel, min(t, full_h), min(t, full_w))
                for t in fast_sizes(max(full_h, full_w)) if t >= kernel}
     fitting = [p for p in options if p.weight_bytes(maps, channels) <= WEIGHT_BYTES]
     if not fitting:
         return min(options, key=lambda p: p.weight_bytes(maps, channels))
-    return min(fitting, key=lambda p: (p.seconds(1, maps, channels), p.th * p.tw))
+    return min(fitting, key=lambda p: (p.seconds(batch, maps, channels), p.th * p.tw))
 
 
 def _exponent(value: float) -> int:
@@ -218,13 +230,15 @@ def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, input_hw:
     finite = bool(torch.isfinite(weight).all()) and (bias is None or bool(torch.isfinite(bias).all()))
     largest = float(weight.abs().max()) if finite and weight.numel() else 0.0
     w_exp = _exponent(largest) if largest > 0 else 0
-    spectra: dict = {}   # (th, tw) -> weight spectrum; the latest input size's only (memory stays bounded)
+    spectra: dict = {}   # (th, tw) -> weight spectrum; the latest SPECTRA_KEPT tile sizes' (memory stays bounded)
 
     def spectrum(p: Plan) -> torch.Tensor:
-        if (p.th, p.tw) not in spectra:
-            spectra.clear()
-            spectra[(p.th, p.tw)] = weight_spectrum(weight, p.th, p.tw, w_exp)
-        return spectra[(p.th, p.tw)]
+        key = (p.th, p.tw)
+        if key not in spectra:
+            while len(spectra) >= SPECTRA_KEPT:
+                spectra.pop(next(iter(spectra)))
+            spectra[key] = weight_spectrum(weight, p.th, p.tw, w_exp)
+        return spectra[key]
 
     if input_hw is not None and finite:
         spectrum(plan(maps, channels, *input_hw, kernel))   # one-time work stays out of Op Time
@@ -234,7 +248,7 @@ def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, input_hw:
         if x_exp:   # in two exact steps: 2^-x_exp itself may be out of fp32's range
             half = -x_exp // 2
             x = x.mul(math.ldexp(1.0, half)).mul_(math.ldexp(1.0, -x_exp - half))
-        p = plan(maps, channels, x.shape[2], x.shape[3], kernel)
+        p = plan(maps, channels, x.shape[2], x.shape[3], kernel, x.shape[0] if BATCH_PLAN else 1)
         w_hat = spectrum(p)
         alpha = math.ldexp(1.0, x_exp + w_exp) / (p.th * p.tw)   # the scales back, and irfft2's 1/N
         zero = torch.zeros((), dtype=torch.complex64, device=x.device)
