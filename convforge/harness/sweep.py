@@ -16,8 +16,9 @@ fails its check is reported and not timed; a layer/config that does not fit is s
 ``--variants`` times each implementation's candidate configurations per layer (the module's
 ``candidate_configs``, Triton's ``SWEEP`` list, the tensor-core designs); ``--configs "k=v,k=v;..."`` instead
 times the layer's chosen configuration and it with those fields changed. ``--write-auto FILE`` records, per
-layer and pool, the fastest exact CUDA kernel and configuration of this run for cuda-auto (the whole table is
-replaced). ``--write-tuning DIR`` records, per implementation with a tuning file (``tuning_target``), each
+layer and pool, the fastest exact CUDA kernel and configuration of this run for cuda-auto as entries for this
+run's ``--batch``, merged into FILE (an entry of the same shape, pool and batch is replaced; other batches'
+and layers' entries stay). ``--write-tuning DIR`` records, per implementation with a tuning file (``tuning_target``), each
 layer's fastest configuration of this run in ``DIR/<impl>.json``, replacing that layer's entry and keeping the
 others. Both write the tuning store's schema (``convforge.tuning``) atomically.
 """
@@ -278,7 +279,7 @@ def _measured(args, device: str, with_triton: bool = False) -> dict:
 
 def _write_auto(path: Path, best: dict, args, device: str) -> None:
     """cuda-auto's table: per layer and pool, the fastest exact CUDA kernel of this run and its configuration
-    (None: that kernel's own tuned choice)."""
+    (None: that kernel's own tuned choice), merged into ``path`` as entries for ``args.batch``."""
     from convforge import tuning
     if not best:
         print("--write-auto: no exact CUDA kernel was timed; nothing written", file=sys.stderr)
@@ -287,8 +288,9 @@ def _write_auto(path: Path, best: dict, args, device: str) -> None:
     entries = [dict(shape=dict(M=s[0], C=s[1], H=s[2], W=s[3], K=s[4], pool=pool),
                     config={"impl": name, "config": cfg}, median_ms=round(ms, 4), **run)
                for (s, pool), (name, ms, cfg) in sorted(best.items())]
-    tuning.write("cuda-auto", entries, path)
-    print(f"wrote {len(entries)} entries to {path}")
+    merged = tuning.merged(tuning.read_file(path, "cuda-auto"), entries)
+    tuning.write("cuda-auto", merged, path)
+    print(f"wrote {len(entries)} entries for batch {args.batch} to {path} ({len(merged)} in all)")
 
 
 # ------------------------------------------------------------------------------- --write-tuning
