@@ -218,6 +218,9 @@ def run_sweep(args) -> int:
                     configs += candidates(impl, spec, pool or 1, args.candidates)
                 ref = reference_layer(xc, w, None, activation, pool)
                 for config in configs:
+                    # the previous configuration's layer goes first: its constant-bank instance is then reused,
+                    # so cuda-direct's kernels are the ones --jobs compiled (instance 0 per piece), not a miss
+                    fn = None
                     what = f"{impl.name}" + (f" {activation}+pool{pool}" if fusion else "") + _describe(config)
                     try:
                         fn = (impl.prepare_fused(w, None, activation, pool, input_hw=(s.H, s.W), config=config)
