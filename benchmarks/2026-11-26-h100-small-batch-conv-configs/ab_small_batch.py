@@ -2,7 +2,7 @@
 (B = 10000 entries only) and the new one (plus the entries measured at 10 and 100 images), in one process,
 interleaved; eager PyTorch (cuDNN, TF32 off) and the goal's yardsticks (one empty kernel launch, the input's
 copy from pinned host memory) beside them; the argmax of both tables' logits against float64.
-Usage: python3 ab_small_batch.py OLD.json NEW.json OUT.json [preset ...]
+Usage: python3 ab_small_batch.py NEW.json OUT.json [preset ...]   (old: NEW's B = 10000 entries alone)
 
 Each engine is built and its graph captured while ``convforge.tuning`` reads the table under test (cuda-auto
 picks its delegates in the graph's uncaptured warm-up passes); the timing is bench --whole's ('call': CUDA
@@ -22,16 +22,14 @@ from convforge.engine import Engine
 from convforge.harness.timing import rotated_inputs, time_calls
 from convforge.models import PRESETS, forward_with, load_preset
 
-old_path, new_path, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
-models = sys.argv[4:] or [p for p in PRESETS if p != "fa17-low"]
+new_path, out = Path(sys.argv[1]), Path(sys.argv[2])
+models = sys.argv[3:] or [p for p in PRESETS if p != "fa17-low"]
 ROUNDS, REPEAT = 5, 30
-texts = {"old": old_path.read_text(), "new": new_path.read_text()}
-old_entries = json.loads(texts["old"])["entries"]
-new_entries = json.loads(texts["new"])["entries"]
-kept = [e for e in new_entries if tuning.entry_batch(e) == tuning.DEFAULT_BATCH]
-assert kept == old_entries, "the new table must keep the old B = 10000 entries as they were"
-print(f"old table {len(old_entries)} entries, new {len(new_entries)} "
-      f"({len(new_entries) - len(kept)} for batches {sorted({tuning.entry_batch(e) for e in new_entries})})")
+new_entries = tuning.read_file(new_path, "cuda-auto")
+old_entries = [e for e in new_entries if tuning.entry_batch(e) == tuning.DEFAULT_BATCH]
+texts = {"old": tuning.dumps("cuda-auto", old_entries), "new": new_path.read_text()}
+print(f"old table {len(old_entries)} entries (B = 10000), new {len(new_entries)} "
+      f"(batches {sorted({tuning.entry_batch(e) for e in new_entries})})")
 _read = tuning._read
 
 

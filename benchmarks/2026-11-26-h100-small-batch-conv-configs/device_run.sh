@@ -33,8 +33,8 @@ if [ "${STAGE:-all}" != ab ]; then
     | tee "$L/keep_gains.txt"
 fi
 if [ "${STAGE:-all}" != sweep ]; then
-  NEW=${NEW:-$L/cuda-auto.json}; OLD=${OLD:-$L/cuda-auto.orig.json}
-  timeout ${T_AB:-170} python3 $D/ab_small_batch.py "$OLD" "$NEW" "$L/ab.json" fa18 fa19 sp18 sp19 fa17-high fa20 \
+  NEW=${NEW:-$L/cuda-auto.json}   # old: its B = 10000 entries alone
+  timeout ${T_AB:-170} python3 $D/ab_small_batch.py "$NEW" "$L/ab.json" fa18 fa19 sp18 sp19 fa17-high fa20 \
     2>&1 | grep -v Warn | tee "$L/ab.txt"
 fi
 tar -C "$OUT" -czf "$OUT/logs.tar.gz" logs && rm -rf "$L"

@@ -1,6 +1,6 @@
 """Keep, of the entries a sweep merged into a cuda-auto table for one batch, only those faster than cuda-auto's
-own row of that sweep (the B = 10000 choice at this batch) by at least MARGIN; the others are dropped, so the
-B = 10000 entry keeps serving that layer. (--write-auto records the fastest *eligible* row, and with only some
+own row of that sweep (what it ran at this batch with the package's table) by at least MARGIN; the others are
+dropped, so the entry cuda-auto already used keeps serving that layer. (--write-auto records the fastest *eligible* row, and with only some
 implementations' variants timed that can be slower than what cuda-auto already runs.)
 Usage: python3 keep_gains.py TABLE.json BATCH SWEEP.json [SWEEP.json ...]"""
 import json
