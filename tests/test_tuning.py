@@ -52,7 +52,10 @@ def test_the_package_holds_one_valid_file_per_tuned_implementation():
     (_doc(_entry(config=None)), "config must be an object"),
     (_doc(_entry(shape={})), "shape must be a non-empty object"),
     (_doc(_entry(), _entry(shape={"M": 4, "C": 1})), "entry 1 (shape {'M': 4, 'C': 1}): shape fields"),
-    (_doc(_entry(), _entry()), "entry 1 (shape {'M': 4, 'C': 1, 'K': 5}): the same shape and Triton range as entry 0"),
+    (_doc(_entry(), _entry()), "entry 1 (shape {'M': 4, 'C': 1, 'K': 5}): the same shape, Triton range and batch as "
+                               "entry 0"),
+    (_doc(_entry(), _entry(batch=10), _entry(batch=10000)), "entry 2 (shape {'M': 4, 'C': 1, 'K': 5}): the same "
+                                                             "shape, Triton range and batch as entry 0"),
     (_doc(_entry(triton_min="3.9", triton_max="3.9")), "triton_min 3.9 must be below triton_max 3.9"),
     (_doc(_entry(triton_min="3.9.1")), "a Triton version is 'MAJOR.MINOR'"),
     (_doc(_entry(date="21.11.2026")), "date must be YYYY-MM-DD"),
@@ -118,6 +121,45 @@ def test_the_triton_range_picks_the_newest_entry_that_holds_the_version():
         tuning.select([from_37], None)
 
 
+def test_the_batch_picks_the_entry_measured_nearest_in_log_scale():
+    """Entries without "batch" count as 10000; the nearest recorded batch in log scale wins, a tie the larger;
+    no batch asked: the B = 10000 entries, as callers that pass none always saw."""
+    default = _entry(config={"which": "10000"})
+    at_10 = _entry(config={"which": "10"}, batch=10)
+    at_100 = _entry(config={"which": "100"}, batch=100)
+    doc = _doc(default, at_10, at_100)
+    tuning.validate(doc, "x.json", "x")   # one shape, three batches
+    picks = {b: tuning.select(doc["entries"], batch=b)["config"]["which"]
+             for b in (None, 1, 10, 31, 32, 99, 100, 999, 1000, 1001, 10000, 10 ** 6)}
+    assert picks == {None: "10000", 1: "10", 10: "10", 31: "10", 32: "100", 99: "100", 100: "100", 999: "100",
+                     1000: "10000", 1001: "10000", 10000: "10000", 10 ** 6: "10000"}
+    assert tuning.select([at_10], batch=10000) is at_10          # the only entry serves every batch
+    assert tuning.nearest_batch([10, 100]) == 100 and tuning.nearest_batch([10, 1000], 100) == 1000
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(ValueError, match="batch must be a positive integer"):
+            tuning.select(doc["entries"], batch=bad)
+    # the Triton range decides first: an entry at batch 10 for 3.9 on does not serve 3.6
+    new_10 = _entry(config={"which": "10, 3.9+"}, batch=10, triton_min="3.9")
+    entries = [default, new_10]
+    assert tuning.select(entries, (3, 6), batch=10)["config"]["which"] == "10000"
+    assert tuning.select(entries, (3, 9), batch=10)["config"]["which"] == "10, 3.9+"
+    assert tuning.select(entries, (3, 9))["config"]["which"] == "10000"
+
+
+def test_lookup_passes_the_batch(monkeypatch):
+    files = {"x": json.dumps(_doc(_entry(config={"r": 1}), _entry(config={"r": 2}, batch=10)))}
+    monkeypatch.setattr(tuning, "_read", lambda impl: files.get(impl))
+    tuning.clear_cache()
+    try:
+        assert tuning.lookup("x", M=4, C=1, K=5) == {"r": 1}
+        assert tuning.lookup("x", M=4, C=1, K=5, batch=12) == {"r": 2}
+        assert tuning.lookup_entry("x", M=4, C=1, K=5, batch=12)["batch"] == 10
+        assert tuning.lookup_entry("x", M=4, C=1, K=5, batch=5000)["config"] == {"r": 1}
+        assert tuning.lookup("x", M=8, C=1, K=5, batch=10) is None
+    finally:
+        tuning.clear_cache()
+
+
 def test_the_writer_validates_sorts_merges_and_replaces_atomically(tmp_path):
     path = tmp_path / "x.json"
     old = [_entry(shape={"M": 8, "C": 1, "K": 5}), _entry(), _entry(triton_min="3.9", config={"r": 9})]
@@ -128,6 +170,14 @@ def test_the_writer_validates_sorts_merges_and_replaces_atomically(tmp_path):
     merged = tuning.merged(tuning.read_file(path, "x"), new)
     assert [(e["shape"]["M"], e.get("triton_min"), e["config"]["r"]) for e in merged] == [
         (4, None, 4), (4, "3.9", 9), (8, None, 1), (2, None, 1)]
+    # entries of another batch are added beside the shape's, not over it; one of the same batch replaces
+    by_batch = tuning.merged(merged, [_entry(config={"r": 10}, batch=10), _entry(config={"r": 5}, batch=10000)])
+    assert sorted((e["shape"]["M"], e.get("triton_min", ""), tuning.entry_batch(e), e["config"]["r"])
+                  for e in by_batch) == [(2, "", 10000, 1), (4, "", 10, 10), (4, "", 10000, 5),
+                                         (4, "3.9", 10000, 9), (8, "", 10000, 1)]
+    tuning.write("x", by_batch, path)
+    assert [(e["shape"]["M"], tuning.entry_batch(e), e.get("triton_min")) for e in tuning.read_file(path, "x")] == [
+        (2, 10000, None), (4, 10, None), (4, 10000, None), (4, 10000, "3.9"), (8, 10000, None)]
     before = path.read_text()
     with pytest.raises(tuning.TuningError, match="entry 0"):
         tuning.write("x", [_entry(median_ms=-2)], path)
@@ -168,7 +218,7 @@ def test_every_cuda_auto_entry_names_an_eligible_delegate_that_accepts_its_confi
         s, chosen = entry["shape"], entry["config"]
         assert set(chosen) == {"impl", "config"} and chosen["impl"] in cuda_auto.ELIGIBLE
         assert s["pool"] == 1 or chosen["impl"] in cuda_auto.FUSING
-        assert cuda_auto.choose(**s) == (chosen["impl"], chosen["config"])
+        assert cuda_auto.choose(**s, batch=tuning.entry_batch(entry)) == (chosen["impl"], chosen["config"])
         module = conv.get(chosen["impl"])._module()
         extra = {}
         if s["pool"] > 1:
@@ -203,7 +253,8 @@ def _Impl(name, precision=None):
 
 
 def _args(**kw):
-    return Namespace(impl=["cuda-direct"], variants=True, configs="", batch=10000, repeat=10, timing="gpu", **kw)
+    kw = dict(dict(impl=["cuda-direct"], variants=True, configs="", batch=10000, repeat=10, timing="gpu"), **kw)
+    return Namespace(**kw)
 
 
 def test_sweep_write_auto_writes_the_store_schema(tmp_path):
@@ -218,6 +269,16 @@ def test_sweep_write_auto_writes_the_store_schema(tmp_path):
         (16, 1, {"impl": "cuda-fused-layer", "config": None}, 0.8664)]
     assert entries[0]["batch"] == 10000 and "convforge sweep --impl cuda-direct --variants" in entries[0]["source"]
     assert entries[0]["versions"]["torch"]
+    # a run at another batch adds its entries beside these; one at the same batch replaces them
+    sweep._write_auto(path, {((6, 1, 48, 48, 5), 2): ("cuda-fused-layer", 0.02, None)}, _args(batch=10), "cpu")
+    entries = tuning.read_file(path, "cuda-auto")
+    assert [(e["shape"]["M"], e["batch"], e["config"]["impl"]) for e in entries] == [
+        (6, 10, "cuda-fused-layer"), (6, 10000, "cuda-direct"), (16, 10000, "cuda-fused-layer")]
+    assert "--batch 10 " in entries[0]["source"]
+    sweep._write_auto(path, {((6, 1, 48, 48, 5), 2): ("cuda-direct", 0.01, {"mg": 6, "r": 1, "nt": 128})},
+                      _args(batch=10), "cpu")
+    entries = tuning.read_file(path, "cuda-auto")
+    assert len(entries) == 3 and entries[0]["config"]["impl"] == "cuda-direct" and entries[0]["median_ms"] == 0.01
 
 
 def test_sweep_write_tuning_merges_each_layers_winner(tmp_path):

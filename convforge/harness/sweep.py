@@ -16,8 +16,9 @@ fails its check is reported and not timed; a layer/config that does not fit is s
 ``--variants`` times each implementation's candidate configurations per layer (the module's
 ``candidate_configs``, Triton's ``SWEEP`` list, the tensor-core designs); ``--configs "k=v,k=v;..."`` instead
 times the layer's chosen configuration and it with those fields changed. ``--write-auto FILE`` records, per
-layer and pool, the fastest exact CUDA kernel and configuration of this run for cuda-auto (the whole table is
-replaced). ``--write-tuning DIR`` records, per implementation with a tuning file (``tuning_target``), each
+layer and pool, the fastest exact CUDA kernel and configuration of this run for cuda-auto as entries for this
+run's ``--batch``, merged into FILE (an entry of the same shape, pool and batch is replaced; other batches'
+and layers' entries stay). ``--write-tuning DIR`` records, per implementation with a tuning file (``tuning_target``), each
 layer's fastest configuration of this run in ``DIR/<impl>.json``, replacing that layer's entry and keeping the
 others. Both write the tuning store's schema (``convforge.tuning``) atomically.
 """
@@ -217,6 +218,9 @@ def run_sweep(args) -> int:
                     configs += candidates(impl, spec, pool or 1, args.candidates)
                 ref = reference_layer(xc, w, None, activation, pool)
                 for config in configs:
+                    # the previous configuration's layer goes first: its constant-bank instance is then reused,
+                    # so cuda-direct's kernels are the ones --jobs compiled (instance 0 per piece), not a miss
+                    fn = None
                     what = f"{impl.name}" + (f" {activation}+pool{pool}" if fusion else "") + _describe(config)
                     try:
                         fn = (impl.prepare_fused(w, None, activation, pool, input_hw=(s.H, s.W), config=config)
@@ -278,7 +282,7 @@ def _measured(args, device: str, with_triton: bool = False) -> dict:
 
 def _write_auto(path: Path, best: dict, args, device: str) -> None:
     """cuda-auto's table: per layer and pool, the fastest exact CUDA kernel of this run and its configuration
-    (None: that kernel's own tuned choice)."""
+    (None: that kernel's own tuned choice), merged into ``path`` as entries for ``args.batch``."""
     from convforge import tuning
     if not best:
         print("--write-auto: no exact CUDA kernel was timed; nothing written", file=sys.stderr)
@@ -287,8 +291,9 @@ def _write_auto(path: Path, best: dict, args, device: str) -> None:
     entries = [dict(shape=dict(M=s[0], C=s[1], H=s[2], W=s[3], K=s[4], pool=pool),
                     config={"impl": name, "config": cfg}, median_ms=round(ms, 4), **run)
                for (s, pool), (name, ms, cfg) in sorted(best.items())]
-    tuning.write("cuda-auto", entries, path)
-    print(f"wrote {len(entries)} entries to {path}")
+    merged = tuning.merged(tuning.read_file(path, "cuda-auto"), entries)
+    tuning.write("cuda-auto", merged, path)
+    print(f"wrote {len(entries)} entries for batch {args.batch} to {path} ({len(merged)} in all)")
 
 
 # ------------------------------------------------------------------------------- --write-tuning

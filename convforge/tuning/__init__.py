@@ -18,6 +18,12 @@ the Triton versions it was measured for; for one shape, ``lookup`` takes the ent
 Triton, the one with the highest ``triton_min`` first (an entry without a range holds every version). So an
 entry for "3.9 on" replaces the version-free one from 3.9 on and nowhere else.
 
+``batch`` is the number of images the entry was measured at (an entry without it counts as ``DEFAULT_BATCH``,
+10000, the sweep's default). One shape may hold entries for several batches (one per shape, Triton range and
+batch); ``lookup(..., batch=B)`` takes, of the entries whose Triton range holds, those whose batch is nearest to
+B in log scale (a tie goes to the larger batch), and ``batch=None`` means ``DEFAULT_BATCH``, so callers that do
+not pass a batch see the B = 10000 entries as before. cuda-auto passes each call's batch.
+
 Only measurements live here: the modelled defaults for other shapes stay in the implementation modules. Files
 are package data, read through importlib.resources, validated on first use (a ``TuningError`` names the file
 and the entry) and cached; ``write`` replaces a file atomically (``convforge sweep --write-tuning`` and
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import copy
 import json
+from fractions import Fraction
 import re
 from functools import lru_cache
 from importlib import resources
@@ -40,6 +47,7 @@ OPTIONAL = ("triton_min", "triton_max", "batch", "note")
 TOP_LEVEL = ("impl", "schema", "entries")
 _VERSION = re.compile(r"^\d+\.\d+$")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+DEFAULT_BATCH = 10000   # the batch of an entry without "batch" (the sweep's default --batch)
 
 
 class TuningError(ValueError):
@@ -65,6 +73,11 @@ def version_tuple(text: str) -> tuple[int, int]:
 
 def _shape_key(shape: dict) -> tuple:
     return tuple(sorted(shape.items()))
+
+
+def entry_batch(entry: dict) -> int:
+    """The batch an entry was measured at (``DEFAULT_BATCH`` where it does not say)."""
+    return entry.get("batch", DEFAULT_BATCH)
 
 
 def validate(doc: Any, where: str, impl: Optional[str] = None) -> list[dict]:
@@ -133,9 +146,9 @@ def validate(doc: Any, where: str, impl: Optional[str] = None) -> list[dict]:
             bad(str(exc))
         if low is not None and high is not None and not low < high:
             bad(f"triton_min {entry['triton_min']} must be below triton_max {entry['triton_max']}")
-        key = (_shape_key(shape), low, high)
+        key = (_shape_key(shape), low, high, entry_batch(entry))
         if key in seen:
-            bad(f"the same shape and Triton range as entry {seen[key]}")
+            bad(f"the same shape, Triton range and batch as entry {seen[key]}")
         seen[key] = i
     return doc["entries"]
 
@@ -181,24 +194,45 @@ def _holds(entry: dict, triton: Optional[tuple]) -> bool:
     return (low is None or tuple(triton) >= low) and (high is None or tuple(triton) < high)
 
 
-def select(candidates: Iterable[dict], triton: Optional[tuple] = None) -> Optional[dict]:
-    """Of one shape's entries, the one for this Triton: its range holds the version, highest triton_min first."""
+def nearest_batch(batches: Iterable[int], batch: Optional[int] = None) -> int:
+    """Of recorded batches, the one nearest to ``batch`` in log scale (a tie: the larger); None: DEFAULT_BATCH."""
+    want = DEFAULT_BATCH if batch is None else batch
+    if isinstance(want, bool) or not isinstance(want, int) or want < 1:
+        raise ValueError(f"batch must be a positive integer, got {batch!r}")
+    # the ratio max/min (exact, so a tie such as 100 and 10000 around 1000 is one) orders the log distances
+    return min(set(batches), key=lambda b: (Fraction(max(b, want), min(b, want)), -b))
+
+
+def select(candidates: Iterable[dict], triton: Optional[tuple] = None, batch: Optional[int] = None
+           ) -> Optional[dict]:
+    """Of one shape's entries, the one for this Triton and batch: of those whose range holds the version, the
+    ones whose batch is nearest to ``batch`` (``nearest_batch``), of these the highest triton_min."""
     found = [e for e in candidates if _holds(e, triton)]
     if not found:
         return None
+    nearest = nearest_batch((entry_batch(e) for e in found), batch)
+    found = [e for e in found if entry_batch(e) == nearest]
     return max(found, key=lambda e: version_tuple(e["triton_min"]) if "triton_min" in e else (-1, -1))
 
 
-def lookup(impl: str, *, triton: Optional[tuple] = None, **shape) -> Optional[dict]:
-    """The measured config of ``impl`` for one layer shape (a copy), or None (the module then models one).
-    ``triton``: the running Triton's (major, minor), for files with version-keyed entries."""
+def lookup_entry(impl: str, *, triton: Optional[tuple] = None, batch: Optional[int] = None, **shape
+                 ) -> Optional[dict]:
+    """The whole measured entry of ``impl`` for one layer shape and batch (a copy), or None."""
     fields, table = _index(impl)
     if fields is None:
         return None
     if set(shape) != fields:
         raise ValueError(f"{file_name(impl)} is keyed by {', '.join(sorted(fields))}; got {', '.join(sorted(shape))}")
-    entry = select(table.get(_shape_key(shape), ()), triton)
-    return None if entry is None else copy.deepcopy(entry["config"])
+    entry = select(table.get(_shape_key(shape), ()), triton, batch)
+    return None if entry is None else copy.deepcopy(entry)
+
+
+def lookup(impl: str, *, triton: Optional[tuple] = None, batch: Optional[int] = None, **shape) -> Optional[dict]:
+    """The measured config of ``impl`` for one layer shape (a copy), or None (the module then models one).
+    ``triton``: the running Triton's (major, minor), for files with version-keyed entries; ``batch``: the
+    call's images, for files with entries at several batches (None: the B = 10000 entries)."""
+    entry = lookup_entry(impl, triton=triton, batch=batch, **shape)
+    return None if entry is None else entry["config"]
 
 
 def clear_cache() -> None:
@@ -218,19 +252,19 @@ def read_file(path: Union[str, Path], impl: Optional[str] = None) -> list[dict]:
 
 
 def merged(old: Iterable[dict], new: Iterable[dict]) -> list[dict]:
-    """``old`` with each ``new`` entry replacing the one of the same shape and Triton range (else added)."""
+    """``old`` with each ``new`` entry replacing the one of the same shape, Triton range and batch (else added)."""
     def key(e):
-        return _shape_key(e["shape"]), e.get("triton_min"), e.get("triton_max")
+        return _shape_key(e["shape"]), e.get("triton_min"), e.get("triton_max"), entry_batch(e)
     out = {key(e): e for e in old}
     out.update((key(e), e) for e in new)
     return list(out.values())
 
 
 def dumps(impl: str, entries_: list[dict]) -> str:
-    """The file text: validated, entries sorted by shape then Triton range, one key order for all."""
+    """The file text: validated, entries sorted by shape, then batch, then Triton range, one key order for all."""
     order = REQUIRED + OPTIONAL
     rows = [{k: e[k] for k in order if k in e} for e in entries_]
-    rows.sort(key=lambda e: (_shape_key(e["shape"]), version_tuple(e.get("triton_min", "0.0"))))
+    rows.sort(key=lambda e: (_shape_key(e["shape"]), entry_batch(e), version_tuple(e.get("triton_min", "0.0"))))
     doc = {"impl": impl, "schema": SCHEMA, "entries": rows}
     validate(doc, file_name(impl), impl)
     return json.dumps(doc, indent=1) + "\n"
