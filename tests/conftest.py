@@ -91,6 +91,19 @@ def _emulation_available() -> bool:
 needs_cxx = pytest.mark.skipif(not _emulation_available(), reason="needs a C++20 compiler (g++) for the host emulation")
 
 
+@pytest.fixture(autouse=True)
+def _real_device_for_gpu_tests(request):
+    """A test marked ``gpu`` runs on the real CUDA launcher even where the module's emulated tests hold the
+    module-scoped ``emulation`` (on a GPU machine with g++, test_cuda_igemm's GPU tests otherwise ran emulated
+    and refused their CUDA tensors)."""
+    if request.node.get_closest_marker("gpu") is None:
+        yield
+        return
+    from convforge.conv import cuda_emulate
+    with cuda_emulate.suspended():
+        yield
+
+
 @pytest.fixture(scope="module")
 def emulation():
     from convforge.conv import cuda_emulate

@@ -606,3 +606,12 @@ def test_gpu_tc_nonfinite_inputs_as_torch(precision, case):
     _check_nonfinite(lambda w, b: cuda_tc.prepare(w, b, precision=precision, config=config), shape,
                      zlib.crc32(repr(case).encode()), "cuda", f"tc {precision} {shape} {config}",
                      fp16_overflow=precision == "fp16")
+
+
+def test_emulation_is_suspended_for_gpu_tests(emulation):
+    """Inside the module's emulation, ``suspended`` puts the real device layer back and then the emulated one."""
+    from convforge.conv import cuda_common as cc
+    assert cc.DEVICE_TYPE == "cpu"
+    with emulation.suspended():
+        assert cc.DEVICE_TYPE == "cuda"
+    assert cc.DEVICE_TYPE == "cpu"

@@ -115,14 +115,36 @@ def emulated(sm_count: int = 2, smem_optin: int = 227 * 1024):
     def device_info(device):
         return cc.DeviceInfo(0, sm_count, smem_optin, smem_optin + 1024, "90")
 
-    saved = {name: getattr(cc, name) for name in ("kernel", "global_ptr", "copy_async", "device_info",
-                                                   "synchronize", "DEVICE_TYPE")}
+    saved = {name: getattr(cc, name) for name in _SWAPPED}
     cc.kernel, cc.global_ptr, cc.copy_async, cc.device_info = kernel, global_ptr, copy_async, device_info
     cc.synchronize = lambda device: None
     cc.DEVICE_TYPE = "cpu"
+    _active.append(saved)
     try:
         yield
     finally:
+        _active.pop()
         for name, value in saved.items():
             setattr(cc, name, value)
         shutil.rmtree(build_dir, ignore_errors=True)
+
+
+_SWAPPED = ("kernel", "global_ptr", "copy_async", "device_info", "synchronize", "DEVICE_TYPE")
+_active: list = []   # the real device layers that the open emulated() contexts replaced, innermost last
+
+
+@contextlib.contextmanager
+def suspended():
+    """The real device layer for the duration, inside an emulated() context too (a GPU test of a module whose
+    emulated tests hold a module-wide emulation); a no-op outside one."""
+    if not _active:
+        yield
+        return
+    emulating = {name: getattr(cc, name) for name in _SWAPPED}
+    for name, value in _active[0].items():
+        setattr(cc, name, value)
+    try:
+        yield
+    finally:
+        for name, value in emulating.items():
+            setattr(cc, name, value)
