@@ -86,8 +86,11 @@ MAX_PIXELS = 512 * 512   # H * W of one (padded) input image
 # Candidates measured on any shape, inside the envelope or not: fft (FFT convolution) was written for the
 # many-channel layers beyond it and runs them at 2.2-47.6x cuDNN fp32 on gpu-mode's shapes and at 1.3-10.1x on
 # 12 of 35 wide shapes, losing elsewhere (0.13-0.93x, mostly K <= 3; H200, 2026-11-26,
-# benchmarks/2026-11-26-h200-fft-conv-gpumode-wide): auto's measurement decides per shape.
-ANY_SHAPE = {("cuda", "conv"): ("fft",)}
+# benchmarks/2026-11-26-h200-fft-conv-gpumode-wide): auto's measurement decides per shape. cuda-igemm-3xtf32
+# (implicit GEMM on tensor cores, fp32-accurate) wins many of the wide shapes fft loses: measured per shape too,
+# the better of the two reaches a median 1.43x cuDNN fp32 over the 35 wide shapes (H100 and H200,
+# benchmarks/2026-11-26-h100-wide-set-igemm-tuned).
+ANY_SHAPE = {("cuda", "conv"): ("fft", "cuda-igemm-3xtf32")}
 
 
 # ------------------------------------------------------------------------------------------ call signature
