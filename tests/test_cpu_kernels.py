@@ -419,6 +419,11 @@ def test_fused_tanh_and_sigmoid_over_the_float32_range():
         out = impl.prepare_fused(w, None, activation, 2)(x2).double()
         ref = ACTIVATIONS[activation](torch.nn.functional.max_pool2d(x2.double(), 2, 2))
         assert float((out - ref).abs().max()) < 1e-6, activation
+        # the pooled tile storing into the lane layout (the engine's path)
+        from convforge.conv import cpu_parallel
+        lanes = torch.empty(cpu_parallel.lane_shape(32, (1, 12, 12)))
+        cpu_parallel.prepare_fused(w, None, activation, 2, lanes_out=True)(x2, lanes, 32)
+        assert float((_from_lanes(lanes, 32).double() - ref).abs().max()) < 1e-6, activation
 
 
 @pytest.mark.parametrize("tile", [None, (6, 1), (8, 3), (12, 2), (8, 2), (4, 1)],

@@ -7,6 +7,11 @@ ratio to main, median and quartiles, loadavg and the steal share of /proc/stat o
 variant first checked against float64 on 37 images (a partial group), NaN-poisoned output.
 
     PYTHONPATH=. python3 benchmarks/2026-11-26-cpu-first-conv-tile/ab_layers.py [--layers sp18-L1 ...] [--rounds 9]
+
+History: ab_layers_1-3.txt ran while the lane-layout path still had a PREFETCHW of y's lines (nopf turned it off;
+it has been removed since, so nopf now changes nothing on this path); div (ab_layers_4.txt) and horner
+(ab_layers_5.txt) were the baselines of two reverted experiments (RECIPROCAL_TANH, ESTRIN_TANH: "new" there),
+whose flags no longer exist.
 """
 import argparse
 import os
@@ -32,6 +37,7 @@ LAYERS = {  # name: (M, H, W, K, activation)
 # variant: (module, {flag: value} set while preparing)
 VARIANTS = {"main": (cpu_parallel_main, {}), "new": (cpu_parallel, {}),
             "nofast": (cpu_parallel, {"FAST_POOL_MAX": False}), "nopf": (cpu_parallel, {"PREFETCH_OUTPUT": False}),
+            "div": (cpu_parallel, {"RECIPROCAL_TANH": False}), "horner": (cpu_parallel, {"ESTRIN_TANH": False}),  # reverted experiments
             "nopfin": (cpu_parallel, {"PREFETCH_INPUT": False}), "nt": (cpu_parallel, {"STREAM_OUTPUT": True}),
             "nt-nopfin": (cpu_parallel, {"STREAM_OUTPUT": True, "PREFETCH_INPUT": False})}
 

@@ -1,9 +1,10 @@
 """Where the one-channel first convolutions spend their time as the engine runs them now (pooled tile, 2x2 pool
 and activation in registers, output in the lane layout): the generated kernel (full) against variants of its
 source compiled apart and called in turn on the same images into the same output: noact (no activation),
-noin (no input transposes: the tiles read whatever the scratch holds), noout (no copy of the band of pooled
-vectors into y), nopf (no PREFETCHW of y's lines), tiles (noin + noout + nopf: the register tiles and their
-pool/activation epilogue alone). Timings only: the variants compute wrong results on purpose.
+noin (no input transposes: the tiles read whatever the scratch holds), noout (main: no copy of the band of
+pooled vectors into y), nopf (main: no PREFETCHW of y's lines), nopfin (this branch: no prefetch of the next
+group's input), tiles (all of those off: the register tiles, their pool/activation epilogue and, on this
+branch, their stores into y). --module main: main's kernel source (cpu_parallel_main.py here). Timings only: the variants compute wrong results on purpose.
 
     PYTHONPATH=. python3 benchmarks/2026-11-26-cpu-first-conv-tile/decompose.py [--batch 2048] [--rounds 7] [--threads 2]
 """
@@ -30,10 +31,18 @@ def main():
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--layers", nargs="*", default=list(LAYERS))
+    ap.add_argument("--module", choices=["new", "main"], default="new")
     args = ap.parse_args()
+    if args.module == "main":
+        import os
+        import sys
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import cpu_parallel_main
+        global cp
+        cp = cpu_parallel_main
     torch.set_num_threads(args.threads)
     peak = probes.fma_peak_gflops(args.threads, 0.3)
-    print(f"decompose, B={args.batch}, threads={args.threads}, FMA peak {peak:.1f} GFLOP/s, "
+    print(f"decompose ({args.module}), B={args.batch}, threads={args.threads}, FMA peak {peak:.1f} GFLOP/s, "
           f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC, loadavg {open('/proc/loadavg').read().strip()}")
     for name in args.layers:
         M, K, H, act = LAYERS[name]
@@ -43,12 +52,17 @@ def main():
         repack = "            for c in range(C):                    # each channel's plane"
         back = "                for mm in range(min({MB}, M - m0)):\n                    first".replace("{MB}", str(MB))
         pf = "                    if True:\n"
-        for needle in (repack, back, pf):
-            assert src.count(needle) == 1, needle
-        off = lambda s, n: s.replace(n, n.replace("range(", "range(0 * ", 1)) if "range(" in n else s.replace(n, n.replace("True", "False"))
-        variants = {"full": src, "noact": noact, "noin": off(src, repack), "noout": off(src, back),
-                    "nopf": off(src, pf), "tiles": off(off(off(src, repack), back), pf)}
-        kernels = {v: jit_generated(f"decomp26_{v}_k{K}_mb{MB}_tw{TW}_a{act}", s, "conv", nogil=True, fastmath={"contract"})
+        pfin = "                    if g + 1 < g1 and nb == 16:\n"
+        off = lambda s, n: (s.replace(n, n.replace("range(", "range(0 * ", 1)) if "range(" in n else
+                            s.replace(n, n.replace("True", "False").replace("if g + 1", "if False and g + 1")))
+        variants = {"full": src, "noact": noact, "noin": off(src, repack)}
+        tiles = off(src, repack)
+        for label, needle in (("noout", back), ("nopf", pf), ("nopfin", pfin)):
+            if src.count(needle) == 1:      # main's kernel has the copy and the PREFETCHW, this branch's the input prefetch
+                variants[label] = off(src, needle)
+                tiles = off(tiles, needle)
+        variants["tiles"] = tiles
+        kernels = {v: jit_generated(f"decomp26_{args.module}_{v}_k{K}_mb{MB}_tw{TW}_a{act}", s, "conv", nogil=True, fastmath={"contract"})
                    for v, s in variants.items()}
         rng = np.random.default_rng(0)
         x = rng.integers(0, 256, (args.batch, 1, H, H)).astype(np.float32)
