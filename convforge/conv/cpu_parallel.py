@@ -40,7 +40,11 @@ preset's one-channel first layer) the pool goes into the register tile itself (p
 x 4 columns x 2 maps, pooled and activated in registers, only pooled vectors stored; no band of conv rows, no
 pool pass), and each pooled row's output lines are fetched for writing (PREFETCHW) while the band's later rows
 compute: 0.73-0.88x main's time on the six first layers (2 threads, B = 2048,
-benchmarks/2026-11-25-cpu-first-conv-one-channel/). The ISA comes from
+benchmarks/2026-11-25-cpu-first-conv-one-channel/). When the layer writes the lane layout (the CPU engine) the
+pooled tile stores its vectors straight into y (no band, no copy: the copy was scalar, 16 VMOVSS loads and
+stores a vector), the 2x2 max is 3 MAXPS + one NaN fix-up (12 instructions before), and the next group's input
+is prefetched into L2 during this group's rows: 0.78-0.88x the previous kernel on the six first layers, outputs
+bitwise identical (benchmarks/2026-11-26-cpu-first-conv-tile/). The ISA comes from
 cpu_loops.vector_lanes (CONVFORGE_CPU_VECTOR_LANES=8 or 16 forces either; both tile kinds run correctly on
 either CPU, which is how the tests check both).
 Course step: the CPU side of the optimisation milestones: loop reordering for SIMD, register tiling, compile-
