@@ -215,6 +215,39 @@ def test_parallel_pooled_tiles(case, config):
     out = poisoned(ref.shape)
     conv.get("cpu-parallel").prepare_fused(w, b, activation, 2, config=config + (True,))(x, out)
     assert relative_error(out, ref) <= TOLERANCE, describe_mismatch(out, ref)
+    # The same tile storing straight into y's lane layout (the engine's path): one group more of NaN after the
+    # output must stay NaN (a padded map of the last block stores nothing), lanes never mix.
+    from convforge.conv import cpu_parallel
+    groups = -(-batch // 16)
+    lanes = torch.full(cpu_parallel.lane_shape(batch + 16, ref.shape[1:]), float("nan"))
+    cpu_parallel.prepare_fused(w, b, activation, 2, config=config + (True,), lanes_out=True)(x, lanes[:groups], batch)
+    got = _from_lanes(lanes[:groups], batch).numpy()
+    assert relative_error(got, ref) <= TOLERANCE, describe_mismatch(got, ref)
+    assert torch.isnan(lanes[groups:]).all()
+
+
+@pytest.mark.parametrize("lanes_out", [False, True], ids=["rows", "lanes"])
+def test_pooled_tile_nan_windows(lanes_out):
+    """The pooled tile's 2 x 2 max (MAXPS and a NaN fix-up) pools a window holding a NaN to NaN, as torch does,
+    and infinities like torch: NaN and inf pixels at random places, the NaN pattern and the values compared."""
+    import torch.nn.functional as F
+    from convforge.conv import cpu_parallel
+    gen = torch.Generator().manual_seed(26)
+    w, b = torch.randn(6, 1, 5, 5, generator=gen), torch.randn(6, generator=gen)
+    fn = cpu_parallel.prepare_fused(w, b, "tanh", 2, config=(2, 4, 16, True), lanes_out=lanes_out)
+    for trial in range(6):
+        x = torch.randn(20, 1, 20, 21, generator=gen)
+        x.view(-1)[torch.randint(0, x.numel(), (3,), generator=gen)] = float("nan")
+        x.view(-1)[torch.randint(0, x.numel(), (2 * (trial % 2),), generator=gen)] = float("inf")
+        ref = F.max_pool2d(torch.tanh(torch.from_numpy(conv2d_float64(x.numpy(), w.numpy(), b.numpy()))), 2, 2)
+        if lanes_out:
+            out = torch.full(cpu_parallel.lane_shape(20, (6, 8, 8)), float("nan"))
+            got = _from_lanes(fn(x, out, 20), 20)
+        else:
+            got = fn(x)
+        assert torch.equal(torch.isnan(got), torch.isnan(ref)), trial
+        keep = ~torch.isnan(ref)
+        assert relative_error(got[keep].numpy(), ref[keep].float().numpy()) <= TOLERANCE
 
 
 @pytest.mark.parametrize("vector", [16, 8], ids=["avx512", "avx2"])
@@ -381,11 +414,16 @@ def test_fused_tanh_and_sigmoid_over_the_float32_range():
         out = impl.prepare_fused(w, None, activation, 1)(x).double()
         ref = ACTIVATIONS[activation](x.double())
         assert float((out - ref).abs().max()) < 1e-6, activation
-        # pool 2: the pooled tile on AVX-512 (tanh's division as VRCP14PS + a Newton step there)
+        # pool 2: the pooled tile on AVX-512
         x2 = torch.linspace(-30, 30, 16 * 2 * 24 * 24).reshape(32, 1, 24, 24).contiguous()
         out = impl.prepare_fused(w, None, activation, 2)(x2).double()
         ref = ACTIVATIONS[activation](torch.nn.functional.max_pool2d(x2.double(), 2, 2))
         assert float((out - ref).abs().max()) < 1e-6, activation
+        # the pooled tile storing into the lane layout (the engine's path)
+        from convforge.conv import cpu_parallel
+        lanes = torch.empty(cpu_parallel.lane_shape(32, (1, 12, 12)))
+        cpu_parallel.prepare_fused(w, None, activation, 2, lanes_out=True)(x2, lanes, 32)
+        assert float((_from_lanes(lanes, 32).double() - ref).abs().max()) < 1e-6, activation
 
 
 @pytest.mark.parametrize("tile", [None, (6, 1), (8, 3), (12, 2), (8, 2), (4, 1)],

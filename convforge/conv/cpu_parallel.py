@@ -40,7 +40,11 @@ preset's one-channel first layer) the pool goes into the register tile itself (p
 x 4 columns x 2 maps, pooled and activated in registers, only pooled vectors stored; no band of conv rows, no
 pool pass), and each pooled row's output lines are fetched for writing (PREFETCHW) while the band's later rows
 compute: 0.73-0.88x main's time on the six first layers (2 threads, B = 2048,
-benchmarks/2026-11-25-cpu-first-conv-one-channel/). The ISA comes from
+benchmarks/2026-11-25-cpu-first-conv-one-channel/). When the layer writes the lane layout (the CPU engine) the
+pooled tile stores its vectors straight into y (no band, no copy: the copy was scalar, 16 VMOVSS loads and
+stores a vector), the 2x2 max is 3 MAXPS + one NaN fix-up (12 instructions before), and the next group's input
+is prefetched into L2 during this group's rows: 0.78-0.88x the previous kernel on the six first layers, outputs
+bitwise identical (benchmarks/2026-11-26-cpu-first-conv-tile/). The ISA comes from
 cpu_loops.vector_lanes (CONVFORGE_CPU_VECTOR_LANES=8 or 16 forces either; both tile kinds run correctly on
 either CPU, which is how the tests check both).
 Course step: the CPU side of the optimisation milestones: loop reordering for SIMD, register tiling, compile-
@@ -87,7 +91,10 @@ TILE_ACCUMULATORS, MAX_BLOCK, REGISTERS, POOLED_ACCUMULATORS = TILES[VECTOR]
 # 2 x 2 pools fused into the register tile (pooled_tile_kernel) by default with AVX-512; the AVX2 path keeps the
 # band of conv rows and pool_kernel (no AVX2-only CPU to time the pooled tile on; it is tested through config).
 POOLED_TILES = True
-PREFETCH_OUTPUT = True  # pooled tiles: PREFETCHW of each pooled row's output lines (the A/B toggles it)
+PREFETCH_OUTPUT = True  # pooled tiles into the band: PREFETCHW of each pooled row's output lines (A/B toggle)
+PREFETCH_INPUT = True  # pooled tiles: PREFETCHT1 of the next group's input lines, spread over this group's rows
+STREAM_OUTPUT = False  # pooled tiles into y's lane layout: non-temporal stores (the A/B toggles it)
+FAST_POOL_MAX = True  # pooled tiles: the 2x2 max as MAXPS + one NaN fix-up (the A/B toggles it)
 REMAINDER_TILES = True  # a row's last Wo % TW columns by a tile that wide (the A/B toggles it)
 ACC_BYTES = 256 << 10  # accumulators of one band of output rows (the whole plane on the course layers), in L2
 
@@ -269,7 +276,7 @@ def choose_pooled(maps: int) -> tuple[int, int]:
     return min(options, key=lambda o: (-(-maps // o[0]) * o[0], -2 * o[1] * o[0], abs(o[0] - 2)))
 
 
-def pooled_tile_kernel(kernel: int, block: int, width: int, vector: int, act: int):
+def pooled_tile_kernel(kernel: int, block: int, width: int, vector: int, act: int, stream: bool = False):
     """The Numba intrinsic ``conv_ptile(x, x0, row, chan, C, w, w0, bias, b0, out, d0)``: tile_kernel's
     register tile over 2 output rows x TW = ``width`` (even) columns x MB = ``block`` maps x ``vector`` lanes,
     followed in registers by the 2 x 2 max pool and activation ``act`` (pool_kernel's NaN-propagating max and
@@ -279,7 +286,7 @@ def pooled_tile_kernel(kernel: int, block: int, width: int, vector: int, act: in
     and loads cost as much as a quarter of the layer next to K * K multiply-adds per output. Per (c, p, q):
     the 2 * TW input vectors (the two rows share the weights), then one weight broadcast at a time feeding
     2 * TW FMAs."""
-    key = (kernel, block, width, vector, act)
+    key = (kernel, block, width, vector, act, FAST_POOL_MAX, bool(stream))
     if key not in _PTILES:
         from llvmlite import ir
         from numba import types
@@ -287,10 +294,11 @@ def pooled_tile_kernel(kernel: int, block: int, width: int, vector: int, act: in
         from numba.extending import intrinsic
         K, MB, TW, V = kernel, block, width, vector
         assert TW % 2 == 0
+        FAST_MAX = FAST_POOL_MAX
 
         @intrinsic
-        def conv_ptile(typingctx, x, x0, row, chan, C, w, w0, bias, b0, out, d0):
-            sig = types.void(x, x0, row, chan, C, w, w0, bias, b0, out, d0)
+        def conv_ptile(typingctx, x, x0, row, chan, C, w, w0, bias, b0, out, d0, ps, ms, mv):
+            sig = types.void(x, x0, row, chan, C, w, w0, bias, b0, out, d0, ps, ms, mv)
 
             def codegen(context, builder, signature, args):
                 i64, i32 = ir.IntType(64), ir.IntType(32)
@@ -315,7 +323,7 @@ def pooled_tile_kernel(kernel: int, block: int, width: int, vector: int, act: in
                     return builder.shuffle_vector(one, undef, splat_mask)
 
                 xd, wd, bd, od = data(0), data(5), data(7), data(9)
-                x0v, rowv, chanv, cv, w0v, b0v, d0v = (as64(i) for i in (1, 2, 3, 4, 6, 8, 10))
+                x0v, rowv, chanv, cv, w0v, b0v, d0v, psv, msv, mvv = (as64(i) for i in (1, 2, 3, 4, 6, 8, 10, 11, 12, 13))
                 accs = [[[cgutils.alloca_once(builder, vec) for _ in range(MB)] for _ in range(TW)] for _ in range(2)]
                 for mm in range(MB):
                     start = splat(builder.gep(bd, [builder.add(b0v, const(mm))], inbounds=True))
@@ -342,19 +350,41 @@ def pooled_tile_kernel(kernel: int, block: int, width: int, vector: int, act: in
                                         builder.store(builder.call(fma, [xs[r][jj], wv, a]), accs[r][jj][mm])
                 for pc in range(TW // 2):
                     for mm in range(MB):
-                        best = None
-                        for r in range(2):          # pool_kernel's order: rows, then columns
-                            for j in range(2):
-                                v = builder.load(accs[r][2 * pc + j][mm])
-                                if best is None:
-                                    best = v
-                                else:     # v if v > best or v is NaN (a NaN in a window pools to NaN)
-                                    take = builder.or_(builder.fcmp_ordered(">", v, best),
-                                                       builder.fcmp_unordered("uno", v, v))
-                                    best = builder.select(take, v, best)
+                        window = [builder.load(accs[r][2 * pc + j][mm]) for r in range(2) for j in range(2)]
+                        if FAST_MAX:
+                            # MAXPS three times (select(a > b, a, b) is exactly MAXPS(a, b): b when either is NaN),
+                            # then a NaN wherever the window held one (two unordered compares): 7 instructions
+                            # where the compare-compare-or-blend select per element took 12.
+                            best = window[0]
+                            for v in window[1:]:
+                                best = builder.select(builder.fcmp_ordered(">", best, v), best, v)
+                            nan = builder.or_(builder.fcmp_unordered("uno", window[0], window[1]),
+                                              builder.fcmp_unordered("uno", window[2], window[3]))
+                            best = builder.select(nan, ir.Constant(vec, [ir.Constant(ir.FloatType(), float("nan"))] * V), best)
+                        else:
+                            best = window[0]
+                            for v in window[1:]:    # pool_kernel's order: rows, then columns
+                                # v if v > best or v is NaN (a NaN in a window pools to NaN)
+                                take = builder.or_(builder.fcmp_ordered(">", v, best), builder.fcmp_unordered("uno", v, v))
+                                best = builder.select(take, v, best)
                         best = vector_activation(builder, best, act)
-                        ptr = builder.gep(od, [builder.add(d0v, const((pc * MB + mm) * LANES))], inbounds=True)
-                        builder.store(best, builder.bitcast(ptr, vptr), align=4)
+                        # pooled column pc of map mm at out[d0 + pc * ps + mm * ms]: into the band (ps = MB * 16,
+                        # ms = 16) or straight into y's lane layout (ps = 16, ms = one map plane); maps mm >= mv
+                        # (the padding of a last partial block) are not stored
+                        offset = builder.add(d0v, builder.add(builder.mul(psv, const(pc)), builder.mul(msv, const(mm))))
+                        ptr = builder.bitcast(builder.gep(od, [offset], inbounds=True), vptr)
+
+                        def put():
+                            if stream:  # a whole aligned line written around the caches (VMOVNTPS)
+                                store = builder.store(best, ptr, align=64)
+                                store.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(i32, 1)]))
+                            else:
+                                builder.store(best, ptr, align=4)
+                        if mm == 0:
+                            put()
+                        else:
+                            with builder.if_then(builder.icmp_signed(">", mvv, const(mm)), likely=True):
+                                put()
                 return context.get_dummy_value()
 
             return sig, codegen
@@ -364,7 +394,7 @@ def pooled_tile_kernel(kernel: int, block: int, width: int, vector: int, act: in
 
 
 _PTILES: dict = {}
-PTILE_VERSION = 1
+PTILE_VERSION = 2
 
 
 def prefetch_write():
@@ -398,6 +428,39 @@ def prefetch_write():
 
 
 _PREFETCHW = None
+
+
+def prefetch_read():
+    """The Numba intrinsic ``prefetchr(array, index)``: llvm.prefetch for reading into L2 (PREFETCHT1) of the
+    cache line holding array[index]: the next 16-image group's input, fetched while this group computes."""
+    global _PREFETCHR
+    if _PREFETCHR is None:
+        from llvmlite import ir
+        from numba import types
+        from numba.core import cgutils
+        from numba.extending import intrinsic
+
+        @intrinsic
+        def prefetchr(typingctx, array, index):
+            sig = types.void(array, index)
+
+            def codegen(context, builder, signature, args):
+                i32, i8p = ir.IntType(32), ir.IntType(8).as_pointer()
+                data = context.make_array(signature.args[0])(context, builder, args[0]).data
+                offset = context.cast(builder, args[1], signature.args[1], types.int64)
+                ptr = builder.bitcast(builder.gep(data, [offset], inbounds=True), i8p)
+                fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
+                                                    "llvm.prefetch.p0i8")
+                builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 2), ir.Constant(i32, 1)])
+                return context.get_dummy_value()
+
+            return sig, codegen
+
+        _PREFETCHR = prefetchr
+    return _PREFETCHR
+
+
+_PREFETCHR = None
 
 
 def vector_activation(builder, value, act: int):
@@ -536,14 +599,9 @@ def kernel_source(kernel: int, block: int, pool: int = 0, act: int = 0, width: O
     if PT:
         assert P == 2 and TW % 2 == 0, (P, TW)
         half = TW // 2
-        if lanes_out:
-            prefetch = f'''                    if {PREFETCH}:
-                        # This pooled row's lines of y (one per column and map in the lane layout), for the
-                        # band's write-back: fetched for writing now, while the next rows compute.
-                        for mm in range(min({MB}, M - m0)):
-                            row0 = ((g * M + m0 + mm) * plane + (h0 // 2 + ph) * Wp) * {L}
-                            for e in range(Wp):
-                                prefetchw(yf, row0 + e * {L})'''
+        if lanes_out:   # no PREFETCHW of y's lines: the tiles store to them directly (fetching the next pooled
+            # row's lines ahead measured 1.05-1.10x slower per layer, benchmarks/2026-11-26-cpu-first-conv-tile)
+            prefetch = ""
         else:
             prefetch = f'''                    if {PREFETCH} and nb == {L}:
                         # This pooled row's lines of y, for the band's write-back: fetched for writing now,
@@ -553,27 +611,54 @@ def kernel_source(kernel: int, block: int, pool: int = 0, act: int = 0, width: O
                                 row0 = (b0 * M + m0 + mm) * plane + (h0 // 2 + ph) * Wp + lane * out_image
                                 for e in range(0, Wp + {L - 1}, {L}):
                                     prefetchw(yf, row0 + min(e, Wp - 1))'''
+        STREAM = bool(STREAM_OUTPUT and lanes_out and V == LANES)
+        if PREFETCH_INPUT and not lanes_in:
+            prefetch += f'''
+                    if g + 1 < g1 and nb == {L}:
+                        # A slice of the next group's input (its 16 images are one contiguous run of x, image
+                        # lines of 16 floats), one slice per pooled row of each map block, into L2.
+                        slices = (mb1 - mb0) * (Hc // 2)
+                        per = -(-image // slices)
+                        start = (b0 + {L}) * image + ((mb - mb0) * (Hc // 2) + h0 // 2 + ph) * per * {L}
+                        stop = min(start + per * {L}, min(b0 + {2 * L}, B) * image)
+                        for e in range(start, stop, {L}):
+                            prefetchr(xf, e)'''
+        if lanes_out:   # the pooled vectors straight into y's lane layout: no band, no copy
+            dest, pstride, mstride = "yf", str(L), f"plane * {L}"
+            base = "(g * M + m0) * plane + (h0 // 2 + ph) * Wp"
+            valid = f"min({MB}, M - m0)"
+        else:           # into the band, which the write-back transposes out
+            dest, pstride, mstride, base, valid = "pacc", str(MB * L), str(L), "ph * Wp", str(MB)
         tiles = f'''                for ph in range((h1 - h0) // 2):
                     # Pooled row ph of the band: tiles of {TW} conv columns ({half} pooled) x 2 rows x {MB} maps,
                     # summed over all (c, p, q), pooled and activated in registers; the last tile ends at Wp,
                     # overlapping its neighbour (same values). With {V}-lane tiles, {L // V} calls per tile.
                     h = h0 + 2 * ph
+{prefetch}
                     if Wp >= {half}:
                         for t in range((Wp + {half - 1}) // {half}):
                             pc0 = min(t * {half}, Wp - {half})
                             for s in range(0, {L}, {V}):
-                                conv_ptile(src, so + (h * W + 2 * pc0) * {L} + s, W * {L}, H * W * {L}, C, wp,
-                                           (mb - mb0) * nw, bias, m0, pacc, (ph * Wp + pc0) * {MB * L} + s)
+                                if {STREAM} and aligned:
+                                    conv_ptile_nt(src, so + (h * W + 2 * pc0) * {L} + s, W * {L}, H * W * {L}, C, wp,
+                                                  (mb - mb0) * nw, bias, m0, {dest}, ({base} + pc0) * {MB if not lanes_out else 1} * {L} + s,
+                                                  {pstride}, {mstride}, {valid})
+                                else:
+                                    conv_ptile(src, so + (h * W + 2 * pc0) * {L} + s, W * {L}, H * W * {L}, C, wp,
+                                               (mb - mb0) * nw, bias, m0, {dest}, ({base} + pc0) * {MB if not lanes_out else 1} * {L} + s,
+                                               {pstride}, {mstride}, {valid})
                     else:
                         for pc0 in range(Wp):
                             for s in range(0, {L}, {V}):
                                 conv_ptile2(src, so + (h * W + 2 * pc0) * {L} + s, W * {L}, H * W * {L}, C, wp,
-                                            (mb - mb0) * nw, bias, m0, pacc, (ph * Wp + pc0) * {MB * L} + s)
-{prefetch}
+                                            (mb - mb0) * nw, bias, m0, {dest}, ({base} + pc0) * {MB if not lanes_out else 1} * {L} + s,
+                                            {pstride}, {mstride}, {valid})
                 run = (h1 - h0) // 2 * Wp
                 r0 = h0 // 2 * Wp'''
         pooled = ""
+        stream_line = f"conv_ptile_nt = pooled_tile_kernel({K}, {MB}, {TW}, {V}, {act}, True)\n" if STREAM else ""
     else:
+        stream_line = ""
         # The last Wo % TW columns by a tile that wide (REMAINDER_TILES), not by a whole tile overlapping its
         # neighbour, which recomputes up to TW - 1 columns (sp19's 18 columns: 20 computed with TW = 4).
         REM = REMAINDER_TILES and TW > 1
@@ -620,7 +705,9 @@ def kernel_source(kernel: int, block: int, pool: int = 0, act: int = 0, width: O
                         for col in range(W):
                             xr[col * {L} + lane] = x[b0 + lane, c, r, col]
         src, so = buf, o"""
-    if lanes_out:   # y[g, m, r, col, lane]: the band's vectors copied as they are, every lane (a last partial
+    if lanes_out and PT:    # the pooled tiles stored into y themselves
+        output_side = ""
+    elif lanes_out:   # y[g, m, r, col, lane]: the band's vectors copied as they are, every lane (a last partial
         # group's extra lanes hold the conv of the zero or stale inputs there, never read as an image)
         output_side = f"""                # Into y's lane layout: each map's run of the band, vector by vector (whole aligned lines).
                 for mm in range(min({MB}, M - m0)):
@@ -642,18 +729,20 @@ def kernel_source(kernel: int, block: int, pool: int = 0, act: int = 0, width: O
                             for i in range(run):
                                 yf[dst + i] = {res}[(i * {MB} + mm) * {L} + lane]"""
     layout_doc = (" x in the lane layout." if lanes_in else "") + (" y in the lane layout." if lanes_out else "")
-    return f'''"""Generated by convforge.conv.cpu_parallel for K={K}, MB={MB}, TW={TW}, vector={V}, pool={P}, act={act} (transpose v{TRANSPOSE_VERSION}, tile v{TILE_VERSION}, pool v{POOL_VERSION}, pooled tile {PT} v{PTILE_VERSION}, prefetch {PREFETCH}, lanes in {lanes_in} out {lanes_out}, remainder tiles {REMAINDER_TILES})."""
+    return f'''"""Generated by convforge.conv.cpu_parallel for K={K}, MB={MB}, TW={TW}, vector={V}, pool={P}, act={act} (transpose v{TRANSPOSE_VERSION}, tile v{TILE_VERSION}, pool v{POOL_VERSION}, pooled tile {PT} v{PTILE_VERSION} fast max {FAST_POOL_MAX} stream {STREAM_OUTPUT}, prefetch {PREFETCH} input {PREFETCH_INPUT}, lanes in {lanes_in} out {lanes_out}, remainder tiles {REMAINDER_TILES})."""
 import numpy as np
 
-from convforge.conv.cpu_parallel import pool_kernel, pooled_tile_kernel, prefetch_write, tile_kernel, transposed_store
+from convforge.conv.cpu_parallel import (pool_kernel, pooled_tile_kernel, prefetch_read, prefetch_write, tile_kernel,
+                                         transposed_store)
 
 store_transposed16 = transposed_store()
 prefetchw = prefetch_write()
+prefetchr = prefetch_read()
 conv_tile = tile_kernel({K}, {MB}, {TW}, {V})
 conv_tile1 = tile_kernel({K}, {MB}, 1, {V})
 {"".join(f"conv_tile_r{r} = tile_kernel({K}, {MB}, {r}, {V})" + chr(10) for r in range(1, TW)) if REMAINDER_TILES and not PT else ""}conv_ptile = pooled_tile_kernel({K}, {MB}, {TW}, {V}, {act}) if {PT} else None
 conv_ptile2 = pooled_tile_kernel({K}, {MB}, 2, {V}, {act}) if {PT} else None
-pool_act = pool_kernel({max(P, 1)}, {MB}, {act})
+{stream_line}pool_act = pool_kernel({max(P, 1)}, {MB}, {act})
 
 
 def conv(x, w, bias, y, M, g0, g1, mb0, mb1):
@@ -686,6 +775,7 @@ def conv(x, w, bias, y, M, g0, g1, mb0, mb1):
                         wp[(mb - mb0) * nw + ((c * {K} + p) * {K} + q) * {MB} + mm] = w[mb * {MB} + mm, c, p, q]
     xf = x.reshape(-1)
     yf = y.reshape(-1)
+    aligned = (yf.ctypes.data & 63) == 0          # whole-line stores possible (non-temporal, STREAM_OUTPUT)
     image = C * H * W                             # floats from one image to the next, in x and in y
     out_image = M * plane
     last_in = max(H * W - {L}, 0)                 # 16-float chunks of a plane; the last one ends at the
@@ -714,11 +804,13 @@ def get_kernel(kernel: int, block: int, pool: int = 0, act: int = 0, width: Opti
     width, vector = width or choose_width(block), vector or VECTOR
     with _LOCK:
         key = (kernel, block, pool, act, width, vector, bool(pooled_tile), bool(lanes_in), bool(lanes_out),
-               PREFETCH_OUTPUT, REMAINDER_TILES)
+               PREFETCH_OUTPUT, REMAINDER_TILES, FAST_POOL_MAX, STREAM_OUTPUT, PREFETCH_INPUT)
         if key not in _KERNELS:
             name = (f"cpu_parallel_k{kernel}_mb{block}_tw{width}_v{vector}" + (f"_p{pool}_a{act}" if pool else "")
                     + ("_pt" if pooled_tile else "") + ("_li" if lanes_in else "") + ("_lo" if lanes_out else "")
-                    + ("" if REMAINDER_TILES else "_norem") + ("" if PREFETCH_OUTPUT else "_nopf"))
+                    + ("" if REMAINDER_TILES else "_norem") + ("" if PREFETCH_OUTPUT else "_nopf")
+                    + ("" if FAST_POOL_MAX else "_slowmax") + ("_nt" if STREAM_OUTPUT else "")
+                    + ("" if PREFETCH_INPUT else "_nopfin"))
             source = kernel_source(kernel, block, pool, act, width, vector, pooled_tile, bool(lanes_in),
                                    bool(lanes_out))
             _KERNELS[key] = jit_generated(name, source, "conv", nogil=True, fastmath={"contract"})
