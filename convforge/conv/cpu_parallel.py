@@ -400,48 +400,27 @@ PTILE_VERSION = 2
 def prefetch_write():
     """The Numba intrinsic ``prefetchw(array, index)``: llvm.prefetch for writing (PREFETCHW on x86) of the
     cache line holding array[index], so that a later store finds it in the cache instead of waiting for it."""
-    global _PREFETCHW
-    if _PREFETCHW is None:
-        from llvmlite import ir
-        from numba import types
-        from numba.core import cgutils
-        from numba.extending import intrinsic
-
-        @intrinsic
-        def prefetchw(typingctx, array, index):
-            sig = types.void(array, index)
-
-            def codegen(context, builder, signature, args):
-                i32, i8p = ir.IntType(32), ir.IntType(8).as_pointer()
-                data = context.make_array(signature.args[0])(context, builder, args[0]).data
-                offset = context.cast(builder, args[1], signature.args[1], types.int64)
-                ptr = builder.bitcast(builder.gep(data, [offset], inbounds=True), i8p)
-                fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
-                                                    "llvm.prefetch.p0i8")
-                builder.call(fn, [ptr, ir.Constant(i32, 1), ir.Constant(i32, 3), ir.Constant(i32, 1)])
-                return context.get_dummy_value()
-
-            return sig, codegen
-
-        _PREFETCHW = prefetchw
-    return _PREFETCHW
-
-
-_PREFETCHW = None
+    return _prefetch_intrinsic(write=1, locality=3)
 
 
 def prefetch_read():
     """The Numba intrinsic ``prefetchr(array, index)``: llvm.prefetch for reading into L2 (PREFETCHT1) of the
     cache line holding array[index]: the next 16-image group's input, fetched while this group computes."""
-    global _PREFETCHR
-    if _PREFETCHR is None:
+    return _prefetch_intrinsic(write=0, locality=2)
+
+
+def _prefetch_intrinsic(write: int, locality: int):
+    """``prefetch(array, index)``: llvm.prefetch of array[index]'s cache line with llvm's rw and locality
+    arguments (one intrinsic per pair, made once)."""
+    key = (write, locality)
+    if key not in _PREFETCH:
         from llvmlite import ir
         from numba import types
         from numba.core import cgutils
         from numba.extending import intrinsic
 
         @intrinsic
-        def prefetchr(typingctx, array, index):
+        def prefetch(typingctx, array, index):
             sig = types.void(array, index)
 
             def codegen(context, builder, signature, args):
@@ -451,16 +430,16 @@ def prefetch_read():
                 ptr = builder.bitcast(builder.gep(data, [offset], inbounds=True), i8p)
                 fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
                                                     "llvm.prefetch.p0i8")
-                builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 2), ir.Constant(i32, 1)])
+                builder.call(fn, [ptr, ir.Constant(i32, write), ir.Constant(i32, locality), ir.Constant(i32, 1)])
                 return context.get_dummy_value()
 
             return sig, codegen
 
-        _PREFETCHR = prefetchr
-    return _PREFETCHR
+        _PREFETCH[key] = prefetch
+    return _PREFETCH[key]
 
 
-_PREFETCHR = None
+_PREFETCH: dict = {}
 
 
 def vector_activation(builder, value, act: int):
