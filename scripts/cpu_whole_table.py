@@ -1,6 +1,8 @@
 """The README's table from a `convforge bench --whole --device cpu` JSON: per preset the four candidates' ms,
 convforge's ratio to the faster of ORT/OpenVINO, % of the run's floor (and of a floor at the idle FMA peak
-given as --peak GFLOP/s), the accuracies and each row's 1-minute loadavg."""
+given as --peak GFLOP/s), the accuracies and each row's 1-minute loadavg; with runs that interleave the
+candidates round by round (convforge after 2026-11-26 18:30 UTC) also the per-round ratio and the % of the FMA
+peak probed between rounds."""
 import json
 import sys
 
@@ -15,6 +17,8 @@ print(f"ceilings in this run: FMA peak {env['fma_gflops']:.1f} GFLOP/s, fp32 mat
       f"copy {env['copy_gbps']:.1f} GB/s")
 head = "| preset | convforge ms | torch eager ms | ORT ms | OpenVINO ms | x faster of ORT/OV | % of floor (run's peak) |"
 head += " % of floor at idle peak |" if peak else ""
+rounds = "speedup_per_round_median" in rows[0] or any("speedup_per_round_median" in r for r in rows)
+head += " x faster, per-round median | % of the peak probed during the run |" if rounds else ""
 print(head + " floor ms | accuracy cf / torch / ORT / OV | loadavg cf / torch / ORT / OV |")
 print("|" + "---|" * (head.count("|") - 1 + 3))
 for model, c in by.items():
@@ -24,6 +28,10 @@ for model, c in by.items():
             f"{cf['speedup_vs_best_of_ort_openvino']:.2f}x | {cf['pct_floor']:.0f} % |")
     if peak:
         line += f" {100 * total_flops / (peak * 1e9) / (cf['ms'] / 1e3):.0f} % |"
+    if rounds:
+        during = cf.get("pct_of_peak_during")
+        line += (f" {cf['speedup_per_round_median']:.2f}x | "
+                 + (f"{during:.0f} % of {cf['fma_gflops_during']:.0f} |" if during else "- |"))
     acc = " / ".join(f"{c[k]['accuracy']:.4f}" for k in ("cf", "torch", "ort", "ov"))
     load = " / ".join(f"{c[k]['loadavg_1min']:.1f}" for k in ("cf", "torch", "ort", "ov"))
     print(line + f" {cf['floor_ms']:.0f} | {acc} | {load} |")

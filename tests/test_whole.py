@@ -129,6 +129,18 @@ def test_bench_whole_cpu_without_the_onnx_extras(cli, tmp_path, monkeypatch):
     ours = rows["convforge (cpu-parallel)"]
     assert ours["ms"] > 0 and ours["relative_error"] <= 1e-5 and ours["threads"] == torch.get_num_threads()
     assert rows["torch eager"]["predictions_agree"] == 1.0 and ours["fma_gflops"] > 0
+    assert ours["fma_gflops_during"] > 0 and ours["pct_of_peak_during"] > 0   # the probe between rounds
+
+
+def test_cpu_candidates_are_timed_round_by_round(monkeypatch):
+    """Each round times every candidate once, the order reversed every other round, then probes the peak."""
+    from convforge.harness import probes, whole
+    calls = []
+    monkeypatch.setattr(probes, "fma_peak_gflops", lambda threads, budget: calls.append("peak") or 100.0)
+    forwards = {name: (lambda x, name=name: calls.append(name)) for name in ("a", "b", "c")}
+    times, loads, peaks = whole.interleaved_times(forwards, torch.zeros(1), 3, threads=1)
+    assert calls == ["a", "b", "c", "peak", "c", "b", "a", "peak", "a", "b", "c", "peak"]
+    assert all(len(t) == 3 and min(t) >= 0 for t in times.values()) and peaks == [100.0] * 3
 
 
 def test_onnx_export_runs_in_onnxruntime_and_openvino(tmp_path):

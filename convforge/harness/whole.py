@@ -135,6 +135,7 @@ def accuracy_rows(name: str, images: int) -> list[dict]:  # pragma: no cover - n
 ONNX_HINT = "pip install 'convforge[onnx]'"
 CPU_BATCHES = (10000,)
 CPU_REPEAT = 3
+PEAK_PROBE_S = 0.2     # the FMA peak probe after each round of bench_network_cpu (drift, not the ceiling)
 
 
 def extra_missing(module: str) -> Optional[str]:
@@ -200,6 +201,32 @@ def cpu_versions() -> dict:
     return _package_versions(("onnxruntime", "openvino", "onnx", "numba", "numpy"))
 
 
+def interleaved_times(forwards: dict, x: torch.Tensor, repeat: int, threads: int
+                      ) -> tuple[dict, dict, list]:
+    """``repeat`` rounds, each timing one call of every candidate in turn (the order reversed every other
+    round) and then the FMA peak: a VM whose speed drifts between runs (this project's 2-core VM measured its
+    peak at 153 and 288 GFLOP/s minutes apart) slows all candidates of a round alike, so the ratios hold.
+    Returns ({label: [seconds]}, {label: [loadavg before each call]}, [FMA GFLOP/s per round])."""
+    import os
+    from convforge.harness.probes import fma_peak_gflops
+    labels = list(forwards)
+    times: dict = {label: [] for label in labels}
+    loads: dict = {label: [] for label in labels}
+    peaks = []
+    with torch.inference_mode():
+        for round_ in range(repeat):
+            for label in (labels if round_ % 2 == 0 else labels[::-1]):
+                if hasattr(os, "getloadavg"):
+                    loads[label].append(os.getloadavg()[0])
+                t0 = time.perf_counter()
+                forwards[label](x)
+                times[label].append(time.perf_counter() - t0)
+            peak = fma_peak_gflops(threads, PEAK_PROBE_S)
+            if peak:
+                peaks.append(peak)
+    return times, loads, peaks
+
+
 def bench_network_cpu(name: str, batches: Sequence[int], ceilings, repeat: int, data_dir=None) -> list[dict]:
     """Rows per (batch, candidate) of the whole forward pass on the CPU, on the test images when they are
     installed (accuracy from the timed logits) else on random pixels (accuracy None)."""
@@ -236,34 +263,35 @@ def bench_network_cpu(name: str, batches: Sequence[int], ceilings, repeat: int, 
                                             for i in range(0, batch, 500)])
             cost = network_cost(network, batch)
             floor_ms = ceilings.floor_s(cost.flops, cost.bytes_moved) * 1e3
+            base = dict(model=name, batch=batch, floor_ms=floor_ms, threads=threads)
+            forwards, logits = {}, {}
             for label, make in cpu_candidates(network, onnx_path, threads).items():
-                row = dict(model=name, batch=batch, candidate=label, floor_ms=floor_ms, threads=threads)
                 if isinstance(make, str):
-                    rows.append(dict(row, ms=None, note=make))
+                    rows.append(dict(base, candidate=label, ms=None, note=make))
                     print(f"{name:9s} {batch:6d} {label:26s} {make}", flush=True)
                     continue
-                forward = make()
-                with torch.inference_mode():
-                    logits = np.asarray(forward(x))              # warm-up: first-call work (compiling, plans)
-                    times = []
-                    for _ in range(repeat):
-                        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-                        t0 = time.perf_counter()
-                        forward(x)
-                        times.append(time.perf_counter() - t0)
-                ms = float(np.median(times)) * 1e3
-                predicted = logits.argmax(1)
-                rows.append(dict(row, ms=ms, ms_all=[t * 1e3 for t in times], pct_floor=100 * floor_ms / ms,
-                                 images_per_s=batch / ms * 1e3, gflops=cost.flops / ms / 1e6,
-                                 relative_error=relative_error(logits, reference),
-                                 predictions_agree=float((predicted == reference.argmax(1)).mean()),
-                                 accuracy=float((predicted == labels).mean()) if labels is not None else None,
-                                 loadavg_1min=load))
-                r = rows[-1]
-                print(f"{name:9s} {batch:6d} {label:26s} {ms:9.1f} ms  floor {floor_ms:7.1f}  {r['pct_floor']:5.1f}%  "
-                      f"err {r['relative_error']:.1e}  acc {r['accuracy'] if r['accuracy'] is not None else '-'}  "
-                      f"load {load}", flush=True)
-                del forward
+                forwards[label] = make()
+                with torch.inference_mode():   # warm-up: first-call work (compiling, plans)
+                    logits[label] = np.asarray(forwards[label](x))
+            times, loads, peaks = interleaved_times(forwards, x, repeat, threads)
+            for label in forwards:
+                ms = float(np.median(times[label])) * 1e3
+                predicted = logits[label].argmax(1)
+                peak_now = float(np.median(peaks)) if peaks else None
+                row = dict(base, candidate=label, ms=ms, ms_all=[t * 1e3 for t in times[label]],
+                           pct_floor=100 * floor_ms / ms, images_per_s=batch / ms * 1e3,
+                           gflops=cost.flops / ms / 1e6, fma_gflops_during=peak_now,
+                           pct_of_peak_during=100 * cost.flops / 1e6 / ms / peak_now if peak_now else None,
+                           relative_error=relative_error(logits[label], reference),
+                           predictions_agree=float((predicted == reference.argmax(1)).mean()),
+                           accuracy=float((predicted == labels).mean()) if labels is not None else None,
+                           loadavg_1min=max(loads[label]) if loads[label] else None)
+                rows.append(row)
+                print(f"{name:9s} {batch:6d} {label:26s} {ms:9.1f} ms  floor {floor_ms:7.1f}  {row['pct_floor']:5.1f}%  "
+                      f"err {row['relative_error']:.1e}  acc {row['accuracy'] if row['accuracy'] is not None else '-'}  "
+                      f"load {row['loadavg_1min']}  FMA peak during "
+                      f"{f'{peak_now:.0f} GFLOP/s' if peak_now else '-'}", flush=True)
+            forwards.clear()
     fastest = {}
     for row in rows:
         if row["candidate"] in ("onnxruntime", "openvino") and row.get("ms"):
@@ -272,6 +300,11 @@ def bench_network_cpu(name: str, batches: Sequence[int], ceilings, repeat: int, 
     for row in rows:
         if row.get("ms") and row["batch"] in fastest:
             row["speedup_vs_best_of_ort_openvino"] = fastest[row["batch"]] / row["ms"]
+            # the same per round (the candidates of a round ran back to back): robust to the machine's drift
+            others = [r["ms_all"] for r in rows if r["batch"] == row["batch"] and r.get("ms")
+                      and r["candidate"] in ("onnxruntime", "openvino")]
+            row["speedup_per_round_median"] = float(np.median(
+                [min(o[i] for o in others) / t for i, t in enumerate(row["ms_all"])]))
     return rows
 
 
