@@ -146,6 +146,31 @@ def test_the_batch_picks_the_entry_measured_nearest_in_log_scale():
     assert tuning.select(entries, (3, 9))["config"]["which"] == "10000"
 
 
+def test_an_exact_batch_match_takes_only_the_entry_of_that_batch():
+    """batch_match="exact" (cuda-igemm): an entry measured at another batch serves nothing, however near."""
+    at_1, at_64 = _entry(config={"which": "1"}, batch=1), _entry(config={"which": "64"}, batch=64)
+    assert tuning.select([at_1, at_64], batch=64, batch_match="exact") is at_64
+    assert tuning.select([at_1, at_64], batch=1, batch_match="exact") is at_1
+    assert tuning.select([at_1, at_64], batch=2, batch_match="exact") is None
+    assert tuning.select([at_1, at_64], batch=2)["config"]["which"] == "1"        # nearest, for contrast
+    assert tuning.select([_entry(config={})], batch_match="exact") is not None     # no batch: 10000 both
+    with pytest.raises(ValueError, match="batch_match must be one of nearest, exact"):
+        tuning.select([at_1], batch=1, batch_match="near")
+
+
+def test_cuda_igemm_entries_are_keyed_by_layer_and_looked_up_at_their_own_batch():
+    from convforge.conv import cuda_igemm
+    entries = tuning.entries(cuda_igemm.TUNING_IMPL)
+    for entry in entries:
+        s = entry["shape"]
+        assert set(s) == {"M", "C", "H", "W", "K", "precision"} and "batch" in entry
+        args = (s["M"], s["C"], s["H"], s["W"], s["K"], s["K"], s["precision"])
+        assert cuda_igemm.tuned_config(entry["batch"], *args) == entry["config"]
+        others = {e["batch"] for e in entries if e["shape"] == s}
+        missing = next(b for b in (2, 3, 5, 7, 11, 13) if b not in others)
+        assert cuda_igemm.tuned_config(missing, *args) is None
+
+
 def test_lookup_passes_the_batch(monkeypatch):
     files = {"x": json.dumps(_doc(_entry(config={"r": 1}), _entry(config={"r": 2}, batch=10)))}
     monkeypatch.setattr(tuning, "_read", lambda impl: files.get(impl))

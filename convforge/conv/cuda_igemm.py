@@ -57,9 +57,11 @@ SMALL_CONFIGS: tuple[dict, ...] = (
     {"bm": 32, "bn": 64, "bk": 16, "wm": 32, "wn": 32, "stages": 4, "minb": 4},
 )
 # TUNING_NOTE: measured winners per layer and batch size live in convforge/tuning/cuda-igemm.json, keyed by
-# (B, M, C, H, W, K, precision), written by the wide-set sweep (benchmarks/2026-11-26-*-wide-set-igemm-tuned/
-# sweep.py). A call without an explicit config whose batch, layer and precision have an entry runs the entry's
-# tile config and split (compiled once per config); every other call keeps default_config and choose_splits.
+# (M, C, H, W, K, precision) and the entry's batch, looked up exactly (a tile and split-K tuned for one image
+# would starve the GPU at 64), written by the wide-set sweep (benchmarks/2026-11-26-*-wide-set-igemm-tuned/
+# sweep.py, which put the batch in the shape as "B"). A call without an explicit config whose batch, layer and
+# precision have an entry runs the entry's tile config and split (compiled once per config); every other call
+# keeps default_config and choose_splits.
 # Measured (H100, 2026-11-26, benchmarks/2026-11-26-h100-wide-set-igemm-tuned, run 2): 8 of 25 swept wide shapes
 # have an entry, 1.03-1.34x the default config in the same process (128 x 64 on six, 16 x 64 on M = 16, 64 x 64
 # on one); the entries are the H100's, also used on an H200 (bench there: the same ratios to cuDNN within 10 %).
@@ -262,7 +264,7 @@ def tuned_config(B: int, M: int, C: int, H: int, W: int, KH: int, KW: int, preci
     """The measured config for this batch and layer (TUNING_NOTE), or None (square kernels only)."""
     if KH != KW:
         return None
-    return tuning.lookup(TUNING_IMPL, B=B, M=M, C=C, H=H, W=W, K=KH, precision=precision)
+    return tuning.lookup(TUNING_IMPL, batch=B, batch_match="exact", M=M, C=C, H=H, W=W, K=KH, precision=precision)
 
 
 class IgemmLayer:

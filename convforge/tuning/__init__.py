@@ -22,7 +22,9 @@ entry for "3.9 on" replaces the version-free one from 3.9 on and nowhere else.
 10000, the sweep's default). One shape may hold entries for several batches (one per shape, Triton range and
 batch); ``lookup(..., batch=B)`` takes, of the entries whose Triton range holds, those whose batch is nearest to
 B in log scale (a tie goes to the larger batch), and ``batch=None`` means ``DEFAULT_BATCH``, so callers that do
-not pass a batch see the B = 10000 entries as before. cuda-auto passes each call's batch.
+not pass a batch see the B = 10000 entries as before. cuda-auto passes each call's batch. A caller whose configs
+do not carry over between batch sizes passes ``batch_match="exact"`` as well: then only an entry measured at that
+very batch counts (cuda-igemm: a split-K chosen for one image would starve the GPU at 64).
 
 Only measurements live here: the modelled defaults for other shapes stay in the implementation modules. Files
 are package data, read through importlib.resources, validated on first use (a ``TuningError`` names the file
@@ -203,35 +205,45 @@ def nearest_batch(batches: Iterable[int], batch: Optional[int] = None) -> int:
     return min(set(batches), key=lambda b: (Fraction(max(b, want), min(b, want)), -b))
 
 
-def select(candidates: Iterable[dict], triton: Optional[tuple] = None, batch: Optional[int] = None
-           ) -> Optional[dict]:
+BATCH_MATCHES = ("nearest", "exact")
+
+
+def select(candidates: Iterable[dict], triton: Optional[tuple] = None, batch: Optional[int] = None,
+           batch_match: str = "nearest") -> Optional[dict]:
     """Of one shape's entries, the one for this Triton and batch: of those whose range holds the version, the
-    ones whose batch is nearest to ``batch`` (``nearest_batch``), of these the highest triton_min."""
+    ones whose batch is nearest to ``batch`` (``nearest_batch``; with ``batch_match="exact"`` only those measured
+    at ``batch`` itself), of these the highest triton_min."""
+    if batch_match not in BATCH_MATCHES:
+        raise ValueError(f"batch_match must be one of {', '.join(BATCH_MATCHES)}, got {batch_match!r}")
     found = [e for e in candidates if _holds(e, triton)]
     if not found:
         return None
-    nearest = nearest_batch((entry_batch(e) for e in found), batch)
-    found = [e for e in found if entry_batch(e) == nearest]
+    chosen = nearest_batch((entry_batch(e) for e in found), batch)
+    if batch_match == "exact" and chosen != (DEFAULT_BATCH if batch is None else batch):
+        return None
+    found = [e for e in found if entry_batch(e) == chosen]
     return max(found, key=lambda e: version_tuple(e["triton_min"]) if "triton_min" in e else (-1, -1))
 
 
-def lookup_entry(impl: str, *, triton: Optional[tuple] = None, batch: Optional[int] = None, **shape
-                 ) -> Optional[dict]:
+def lookup_entry(impl: str, *, triton: Optional[tuple] = None, batch: Optional[int] = None,
+                 batch_match: str = "nearest", **shape) -> Optional[dict]:
     """The whole measured entry of ``impl`` for one layer shape and batch (a copy), or None."""
     fields, table = _index(impl)
     if fields is None:
         return None
     if set(shape) != fields:
         raise ValueError(f"{file_name(impl)} is keyed by {', '.join(sorted(fields))}; got {', '.join(sorted(shape))}")
-    entry = select(table.get(_shape_key(shape), ()), triton, batch)
+    entry = select(table.get(_shape_key(shape), ()), triton, batch, batch_match)
     return None if entry is None else copy.deepcopy(entry)
 
 
-def lookup(impl: str, *, triton: Optional[tuple] = None, batch: Optional[int] = None, **shape) -> Optional[dict]:
+def lookup(impl: str, *, triton: Optional[tuple] = None, batch: Optional[int] = None, batch_match: str = "nearest",
+           **shape) -> Optional[dict]:
     """The measured config of ``impl`` for one layer shape (a copy), or None (the module then models one).
     ``triton``: the running Triton's (major, minor), for files with version-keyed entries; ``batch``: the
-    call's images, for files with entries at several batches (None: the B = 10000 entries)."""
-    entry = lookup_entry(impl, triton=triton, batch=batch, **shape)
+    call's images, for files with entries at several batches (None: the B = 10000 entries); ``batch_match``:
+    "nearest" (log scale) or "exact" (only an entry measured at ``batch``)."""
+    entry = lookup_entry(impl, triton=triton, batch=batch, batch_match=batch_match, **shape)
     return None if entry is None else entry["config"]
 
 
