@@ -32,7 +32,10 @@ for e in tuning.read_file(table, "cuda-auto"):
         continue
     key = tuple(e["shape"][k] for k in ("M", "C", "H", "W", "K", "pool"))
     label, ms = by_shape.get(key, (None, None))
-    verdict = "keep" if ms is not None and e["median_ms"] <= (1 - MARGIN) * ms else "drop"
+    if ms is None:   # a layer these sweeps did not time (an entry from an earlier sweep): left as it is
+        kept.append(e)
+        continue
+    verdict = "keep" if e["median_ms"] <= (1 - MARGIN) * ms else "drop"
     print(f"B={batch} {label} pool {key[-1]}: {e['config']['impl']} {e['config']['config']} {e['median_ms']} ms "
           f"vs cuda-auto {ms} ms: {verdict}")
     if verdict == "keep":
