@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue #21, call 3 (from the worktree's root on the device, PYTHONPATH=$PWD), on top of call 2's table
 # (call2/cuda-auto.json):
-# 1. fa18 L1 + fa19 L1 (tanh + pool 2) at 10 and 100 images: cuda-direct and its variants (not swept at small
+# 1. fa18 L1 (tanh + pool 2; fa19 L1 is 3.5 us at 10 images) at 10 and 100 images: cuda-direct and its variants (not swept at small
 #    batches before; call 1 swept cuda-fused-layer only); fa18 L2 + fa19 L2 at 10 images: grid2.txt, a finer
 #    grid around call 2's winners (bands of 2-4 rows, tm 3-6, wt 2-4, ht 2, unroll); keep_gains.py per batch;
 # 2. ab_small_batch.py on all six presets, then once more on fa18/fa19 (a second process: the spread);
@@ -26,8 +26,8 @@ run_sweep() {  # NAME TIMEOUT ARGS...
     "$@" > "$L/$name.txt" 2>&1
   echo "$name rc $? in $(( $(date +%s) - s )) s: $(grep -c '^ok' "$L/$name.txt") rows; $(grep -E '^precompiled|^wrote .*entries' "$L/$name.txt" | tr '\n' ' ')"
 }
-run_sweep l1_b10 ${T1:-200} --impl cuda-auto cuda-direct --variants --batch 10 --layers "fa18 L1,fa19 L1"
-run_sweep l1_b100 ${T2:-50} --impl cuda-auto cuda-direct --variants --batch 100 --layers "fa18 L1,fa19 L1"
+run_sweep l1_b10 ${T1:-200} --impl cuda-auto cuda-direct --variants --batch 10 --layers "fa18 L1"
+run_sweep l1_b100 ${T2:-50} --impl cuda-auto cuda-direct --variants --batch 100 --layers "fa18 L1"
 run_sweep l2_b10 ${T3:-90} --impl cuda-auto cuda-fused-gemm --configs "$(cat $D/grid2.txt)" --batch 10 --layers "fa18 L2,fa19 L2"
 echo "sweeps done at +$(( $(date +%s) - T0 )) s"
 python3 $OLD/keep_gains.py "$L/cuda-auto.json" 10 "$L/l1_b10.json" "$L/l2_b10.json" 2>&1 | tee "$L/keep_gains.txt"
