@@ -5,7 +5,7 @@
 set -uo pipefail
 export OUT=${OUT:-/tmp/out} PYTHONPATH=$PWD PYTHONUNBUFFERED=1 CONVFORGE_CACHE=/tmp/cfcache
 OLD=benchmarks/2026-11-26-h100-small-batch-conv-configs
-D=benchmarks/2026-11-26-gpu-small-batch-fa18-fa19
+D=benchmarks/2026-11-26-h200-small-batch-fa18-fa19
 L=$OUT/logs
 mkdir -p "$L"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$L/env.txt"
