@@ -23,6 +23,7 @@ import torch
 
 from convforge import conv
 from convforge.errors import UserError
+from convforge import gpu_dense
 from convforge.gpu_dense import GpuDense
 from convforge.models import Activation, Conv, ConvShape, Dense, Flatten, Network, apply_layer, fusion_after
 
@@ -268,8 +269,12 @@ class Engine:
             elif isinstance(layer, Dense) and precision == "fast":
                 step.tf32 = True
             elif isinstance(layer, Dense) and self.device == "cuda":
+                following = walk[i + 1][0] if i + 1 < len(walk) else None
+                activation = following.kind if (isinstance(following, Activation) and fuse
+                                                and gpu_dense.FUSE_ACTIVATION) else None
+                step.skip = 1 if activation else 0
                 step.gpu_dense = GpuDense(self.params[f"{prefix}.weight"], self.params.get(f"{prefix}.bias"),
-                                          median_seconds)
+                                          median_seconds, activation)
             elif isinstance(layer, Dense) and self.cpu_whole:
                 from convforge.cpu_dense import DenseLayer
                 following = walk[i + 1][0] if i + 1 < len(walk) else None

@@ -16,6 +16,8 @@ import torch
 from convforge.conv import cuda_common as cc
 
 GEMV_ROWS = (4, 8, 16)    # the compiled row counts (CF_ROWS) of dense_gemv.cu: one group of rows per block
+ACTIVATIONS = {None: 0, "tanh": 1, "relu": 2, "sigmoid": 3}   # dense_gemv_sum's act codes
+FUSE_ACTIVATION = True    # the engine hands a dense layer its following activation (off: A/B runs)
 GEMV_MAX_ROWS = 128       # beyond, the weights' re-reads (one per group of 16 rows) outweigh cuBLAS's tiles
 GEMV_SLICE = 512          # CF_KS: reduction columns per block
 GEMV_OUTPUTS = 32         # CF_WARPS * CF_OUTS: outputs per block
@@ -45,15 +47,24 @@ class GpuDense:
       500 x 100 output beat those for 100 x 500 (fa17 fc1 at 100 images: 36 against 71-81 us on an H200);
     - ``split-k``: S products over K/S each in one batched call, then their sum: the small-batch products
       otherwise run on a handful of blocks (fa17 fc1 at 10 images: 13 against 25-27 us), for K a multiple of S;
-    - ``gemv``: dense_gemv.cu (module docstring) for at most 128 rows, K a multiple of 4, where CuPy can launch it.
-    (benchmarks/2026-11-26-h100-h200-whole-network-floors/small_dense.txt)"""
+    - ``gemv``: dense_gemv.cu (module docstring) for at most 128 rows, K a multiple of 4, where CuPy can launch it,
+      with the rows in one group of up to 16 per block; ``gemv4`` / ``gemv8`` in groups of 4 / 8 (each group
+      reads the weights again, mostly from L2: at 10 rows groups of 4 took fa18's first dense layer from 16.1 to
+      13.5 us on an H200, benchmarks/2026-11-26-h200-small-batch-fa18-fa19).
+    (benchmarks/2026-11-26-h100-h200-whole-network-floors/small_dense.txt)
+    ``activation`` (None, tanh, relu, sigmoid) is applied to the output: inside gemv's sum kernel, in place after
+    the cuBLAS forms."""
 
-    VARIANTS = ("linear", "transposed", "output-major", "split-k", "gemv")
+    VARIANTS = ("linear", "transposed", "output-major", "split-k", "gemv", "gemv4", "gemv8")
+    GEMV_GROUPS = {"gemv": None, "gemv4": 4, "gemv8": 8}   # None: the smallest compiled group that holds the rows
     SPLITS = (16, 12, 8)     # the first that divides K into parts of at least MIN_SPLIT_DEPTH
     MIN_SPLIT_DEPTH = 256
 
-    def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor], measure: Measure):
-        self.weight, self.bias, self.measure = weight, bias, measure
+    def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor], measure: Measure,
+                 activation: Optional[str] = None):
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"unknown activation {activation!r}; one of {', '.join(map(str, ACTIVATIONS))}")
+        self.weight, self.bias, self.measure, self.activation = weight, bias, measure, activation
         self.weight_t = weight.t().contiguous()
         self.bias_column = None if bias is None else bias[:, None].contiguous()
         depth = weight.shape[1]
@@ -66,18 +77,27 @@ class GpuDense:
     @property
     def variants(self) -> tuple[str, ...]:
         """The forms this layer has (for any batch: ``gemv`` also needs at most 128 rows, see ``serves``)."""
-        return tuple(v for v in self.VARIANTS if (v != "split-k" or self.splits) and (v != "gemv" or self.has_gemv))
+        return tuple(v for v in self.VARIANTS if (v != "split-k" or self.splits)
+                     and (v not in self.GEMV_GROUPS or self.has_gemv))
 
     def serves(self, variant: str, rows: int) -> bool:
-        return variant in self.variants and (variant != "gemv" or rows <= GEMV_MAX_ROWS)
+        """Whether ``variant`` runs ``rows`` rows: gemv for at most GEMV_MAX_ROWS, its fixed groups only where
+        the rows need more than one group (else they are plain ``gemv``)."""
+        if variant not in self.variants:
+            return False
+        if variant not in self.GEMV_GROUPS:
+            return True
+        group = self.GEMV_GROUPS[variant]
+        return rows <= GEMV_MAX_ROWS and (group is None or rows > group)
 
-    def _gemv(self, x: torch.Tensor) -> torch.Tensor:
+    def _gemv(self, x: torch.Tensor, group: Optional[int] = None) -> torch.Tensor:
         rows, depth = x.shape
         if not x.is_contiguous() or x.data_ptr() % 16:
             x = x.contiguous() if not x.is_contiguous() else x.clone()
         outputs = self.weight.shape[0]
-        spec = kernel_specs()[next((i for i, r in enumerate(GEMV_ROWS) if r >= rows), len(GEMV_ROWS) - 1)]
-        group = dict(spec.constants)["CF_ROWS"]
+        if group is None:
+            group = next((r for r in GEMV_ROWS if r >= rows), GEMV_ROWS[-1])
+        spec = kernel_specs()[GEMV_ROWS.index(group)]
         slices = cc.cdiv(depth, GEMV_SLICE)
         part, y = scratch((slices, rows, outputs), x.device), scratch((rows, outputs), x.device)
         cc.kernel(spec, "dense_gemv_part", x.device)(
@@ -86,10 +106,22 @@ class GpuDense:
         cc.kernel(spec, "dense_gemv_sum", x.device)(
             (cc.cdiv(rows * outputs, 256),), (256,),
             (cc.ptr(part), cc.ptr(self.bias), cc.ptr(y), cc.i32(rows), cc.i32(outputs), cc.i32(slices),
-             cc.i32(0 if self.bias is None else 1)))
+             cc.i32(0 if self.bias is None else 1), cc.i32(ACTIVATIONS[self.activation])))
         return y
 
     def run(self, variant: str, x: torch.Tensor) -> torch.Tensor:
+        if variant in self.GEMV_GROUPS and self.serves(variant, x.shape[0]):
+            return self._gemv(x, self.GEMV_GROUPS[variant])
+        y = self._product(variant, x)
+        if self.activation == "tanh":
+            y.tanh_()
+        elif self.activation == "relu":
+            y.relu_()
+        elif self.activation == "sigmoid":
+            y.sigmoid_()
+        return y
+
+    def _product(self, variant: str, x: torch.Tensor) -> torch.Tensor:
         if variant == "linear":
             return torch.nn.functional.linear(x, self.weight, self.bias)
         if variant == "transposed":
@@ -104,8 +136,6 @@ class GpuDense:
                               self.weight_t.view(self.splits, depth // self.splits, -1))
             y = parts.sum(0)
             return y if self.bias is None else y.add_(self.bias)
-        if variant == "gemv" and self.serves("gemv", x.shape[0]):
-            return self._gemv(x)
         raise ValueError(f"unknown dense variant {variant!r} for {x.shape[0]} rows; one of "
                          f"{', '.join(v for v in self.variants if self.serves(v, x.shape[0]))}")
 

@@ -205,7 +205,7 @@ def _check_emulated_gemv(monkeypatch, bias):
     weight = torch.randn(45, 1028, generator=gen)   # K = 2 slices of 512 + 4 columns; 45 outputs: 2 blocks
     b = torch.randn(45, generator=gen) if bias else None
     dense = gpu_dense.GpuDense(weight, b, median_seconds)
-    assert "gemv" in dense.variants
+    assert {"gemv", "gemv4", "gemv8"} <= set(dense.variants)
     for rows in (1, 4, 7, 16, 19):
         x = torch.rand(rows, 1028, generator=gen) * 4 - 2
         ref = torch.nn.functional.linear(x.double(), weight.double(), b.double() if bias else None)
@@ -213,6 +213,25 @@ def _check_emulated_gemv(monkeypatch, bias):
             out = dense.run("gemv", view)
             assert out.shape == ref.shape and not out.isnan().any()
             assert ((out.double() - ref).norm() / ref.norm()).item() <= 1e-5, rows
+        for variant in ("gemv4", "gemv8"):   # fixed groups of rows: only where the rows need several
+            assert dense.serves(variant, rows) == (rows > gpu_dense.GpuDense.GEMV_GROUPS[variant])
+            if dense.serves(variant, rows):
+                out = dense.run(variant, x)
+                assert ((out.double() - ref).norm() / ref.norm()).item() <= 1e-5, (variant, rows)
+    # the activation fused into the sum kernel, NaN kept by relu (an input row of NaN)
+    x = torch.rand(19, 1028, generator=gen) * 4 - 2
+    x[3] = float("nan")
+    for activation, fn in (("tanh", torch.tanh), ("relu", torch.relu), ("sigmoid", torch.sigmoid)):
+        fused = gpu_dense.GpuDense(weight, b, median_seconds, activation)
+        ref = fn(torch.nn.functional.linear(x.double(), weight.double(), b.double() if bias else None))
+        for variant in ("gemv", "gemv4", "linear"):
+            out = fused.run(variant, x)
+            assert out[3].isnan().all() and not out[torch.arange(19) != 3].isnan().any(), (activation, variant)
+            keep = torch.arange(19) != 3
+            err = ((out[keep].double() - ref[keep]).norm() / ref[keep].norm()).item()
+            assert err <= 1e-5, (activation, variant, err)
+    with pytest.raises(ValueError, match="unknown activation 'gelu'"):
+        gpu_dense.GpuDense(weight, b, median_seconds, "gelu")
     assert not dense.serves("gemv", 129)
     with pytest.raises(ValueError, match="unknown dense variant 'gemv' for 129 rows"):
         dense.run("gemv", torch.rand(129, 1028))
@@ -241,3 +260,13 @@ def test_gpu_dense_gemv_kernel_on_the_gpu(monkeypatch):
             assert not out.isnan().any()
             assert ((out.double() - ref).norm() / ref.norm()).item() <= 1e-5, (outputs, depth, rows)
             assert torch.equal(out, dense.run("gemv", x))
+            for variant in ("gemv4", "gemv8"):
+                if dense.serves(variant, rows):
+                    out = dense.run(variant, x)
+                    assert ((out.double() - ref).norm() / ref.norm()).item() <= 1e-5, (variant, outputs, rows)
+        fused = gpu_dense.GpuDense(weight, b, median_seconds, "tanh")
+        x = torch.rand(10, depth, device="cuda", generator=gen) * 255
+        ref = torch.tanh(torch.nn.functional.linear(x.double(), weight.double(), b.double()))
+        for variant in ("gemv", "gemv4", "linear", "output-major"):
+            out = fused.run(variant, x)
+            assert ((out.double() - ref).norm() / ref.norm()).item() <= 1e-5, (variant, outputs)

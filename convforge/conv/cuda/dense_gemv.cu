@@ -109,13 +109,18 @@ extern "C" __global__ void __launch_bounds__(CF_WARPS * 32) dense_gemv_part(
     }
 }
 
-// y[r][n] = bias[n] + the slices' partial sums, in slice order.
+// y[r][n] = act(bias[n] + the slices' partial sums, in slice order); act: 0 none, 1 tanh, 2 relu, 3 sigmoid
+// (the layer's activation fused here saves a launch: at 10 images fa18's whole forward is ~50 us, 7 kernels).
 extern "C" __global__ void dense_gemv_sum(const float* __restrict__ part, const float* __restrict__ bias,
-                                          float* __restrict__ y, int rows, int N, int slices, int has_bias)
+                                          float* __restrict__ y, int rows, int N, int slices, int has_bias, int act)
 {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= rows * N) return;
     float s = 0.f;
     for (int sl = 0; sl < slices; ++sl) s += part[(size_t)sl * rows * N + i];
-    y[i] = has_bias ? s + bias[i % N] : s;
+    if (has_bias) s += bias[i % N];
+    if (act == 1) s = tanhf(s);
+    else if (act == 2) s = (s > 0.f || s != s) ? s : 0.f;   // relu keeps NaN, as torch's does
+    else if (act == 3) s = 1.f / (1.f + expf(-s));
+    y[i] = s;
 }
