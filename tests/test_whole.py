@@ -132,6 +132,21 @@ def test_bench_whole_cpu_without_the_onnx_extras(cli, tmp_path, monkeypatch):
     assert ours["fma_gflops_during"] > 0 and ours["pct_of_peak_during"] > 0   # the probe between rounds
 
 
+def test_the_cpu_floor_takes_the_best_peak_of_the_run(monkeypatch, tmp_path):
+    """A probe between rounds faster than the bench's first measurement raises the ceiling (and the store),
+    and every row's % of floor is recomputed at the run's best peak."""
+    from convforge.harness import probes, whole
+    monkeypatch.setenv("CONVFORGE_CACHE", str(tmp_path))
+    start = probes.Ceilings(copy_gbps=10.0, matmul_gflops=50.0, fma_gflops=100.0)
+    assert whole.raised_ceilings(start, [80.0, 90.0]) is start
+    raised = whole.raised_ceilings(start, [80.0, 150.0])
+    assert raised.fma_gflops == 150.0 and raised.copy_gbps == 10.0
+    rows = [dict(ms=10.0, flops=10 ** 9, bytes_moved=0, fma_gflops=100.0, floor_ms=10.0, pct_floor=100.0),
+            dict(ms=None, note="not installed")]
+    assert whole.refloor(rows, raised) == 1
+    assert abs(rows[0]["floor_ms"] - 1e3 / 150) < 1e-9 and abs(rows[0]["pct_floor"] - 100 / 1.5) < 1e-9
+
+
 def test_cpu_candidates_are_timed_round_by_round(monkeypatch):
     """Each round times every candidate once, the order reversed every other round, then probes the peak."""
     from convforge.harness import probes, whole
