@@ -27,7 +27,7 @@ One-time work per shape is bounded by ``CONVFORGE_AUTO_BUDGET_S`` (default 2) se
 warm-up is cuDNN's algorithm search, which is the caller's own cost), then every candidate's prepare, first
 call (the compile: NVRTC through CuPy, Triton's JIT, cuFFT plans) and agreement check at once, in
 ``CONVFORGE_AUTO_JOBS`` daemon threads (default one per candidate on a GPU, one on a CPU or where the outputs
-would crowd the GPU memory), each on a side stream; auto stops waiting at 3/4 of the budget and times torch
+would crowd the GPU memory), on the caller's stream; auto stops waiting at 3/4 of the budget and times torch
 and the candidates ready by then in alternating rounds for the rest. A compile cannot be interrupted: one
 that is still running is left to finish in the background (it fills CuPy's and Triton's disk caches) and the
 choice is recorded as ``incomplete``; when the late compile finishes, the next call of that shape in this
@@ -55,6 +55,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.metadata
+import inspect
 import json
 import os
 import statistics
@@ -78,6 +79,7 @@ BUDGET_ENV = "CONVFORGE_AUTO_BUDGET_S"
 DEFAULT_BUDGET_S = 2.0
 JOBS_ENV = "CONVFORGE_AUTO_JOBS"   # warm-up threads (default: one per candidate on a GPU)
 COMPILE_SHARE = 0.75   # of the budget, for the candidates' one-time work; the rest for timing rounds
+DEFERRED = "prepared past the budget, not run"   # a warm-up's verdict when it stopped before launching
 MAX_ATTEMPTS = 3       # processes that measure a shape whose record is incomplete (candidates left out)
 MARGIN = 0.97      # a kernel must beat torch by 3 % in auto's measurement to be chosen
 AGREEMENT = 1e-4   # a candidate whose output differs from torch's by more than this (relative) is rejected
@@ -277,14 +279,19 @@ def _prepare(impl: str, call: Call, weight, bias) -> Callable:
     fuse_in_kernel = call.op == "fused" and entry.fuses and (call.activation != "none" or call.pool > 1)
     activation = None if call.activation == "none" else call.activation
     config = runtime_weight_config(impl, call if fuse_in_kernel else dataclasses.replace(call, op="conv"))
+    # input_hw: modules that take it compile for this input size here, not at the first call, so that auto's
+    # warm-up can compile without launching (see _WarmUps); other sizes still compile at their first call.
+    hw = call.padded_hw
     if config is not None:   # the module's own prepare takes the config the registry entry does not pass on
         module = importlib.import_module(f"convforge.conv.{entry.module}")
-        kernel = module.prepare_fused(weight, bias, activation, call.pool, config=config) if fuse_in_kernel \
-            else module.prepare(weight, bias, config=config)
+        prep = module.prepare_fused if fuse_in_kernel else module.prepare
+        extra = {"input_hw": hw} if "input_hw" in inspect.signature(prep).parameters else {}
+        kernel = prep(weight, bias, activation, call.pool, config=config, **extra) if fuse_in_kernel \
+            else prep(weight, bias, config=config, **extra)
     elif fuse_in_kernel:
-        kernel = entry.prepare_fused(weight, bias, activation, call.pool)
+        kernel = entry.prepare_fused(weight, bias, activation, call.pool, input_hw=hw)
     else:
-        kernel = entry.prepare(weight, bias)
+        kernel = entry.prepare(weight, bias, input_hw=hw)
     ph, pw = call.padding
     act = _ACT_FN[call.activation]
 
@@ -426,11 +433,12 @@ class _WarmUps:
     """Each candidate's one-time work (prepare, the first call that compiles, the agreement check), run in
     ``jobs`` daemon threads beside the caller so that the caller can stop waiting at a deadline.
 
-    NVRTC (through CuPy) and ptxas (a subprocess of Triton) release the GIL, so compiles overlap. On a GPU
-    each worker runs on a side stream of its own that first waits for the caller's stream (the input,
-    weights and torch's output are written there), and synchronises it before reporting, so the caller
-    can use a finished candidate on its own stream at once. A worker still running at the deadline keeps
-    going (a compile cannot be interrupted): it fills the compile caches and then calls ``on_late``."""
+    Compiles overlap where the compiler releases the GIL (NVRTC through CuPy, ptxas as Triton's subprocess).
+    On a GPU the workers launch on the caller's stream (``_on_stream``) and synchronise it before reporting.
+    A worker still running at the deadline keeps going (a compile cannot be interrupted): it fills the
+    compile caches, then calls ``on_late``. Its first launch may then land among the caller's timing
+    samples and inflate one (of up to eight, medians taken); ``on_late`` makes the next call of the shape
+    measure again, undisturbed, so such a choice does not outlive that call."""
 
     def __init__(self, names, call: Call, x, weight, bias, expected, jobs: int, on_late: Callable[[str], None]):
         self.call, self.x, self.weight, self.bias, self.expected = call, x, weight, bias, expected
@@ -457,15 +465,18 @@ class _WarmUps:
                 self.outcomes[impl] = outcome
                 late = self.abandoned
                 self._cond.notify_all()
-            if late and outcome[0] is not None:
+            if late and (outcome[0] is not None or outcome[1] == DEFERRED):
                 self.on_late(impl)
 
     def _warm_up(self, impl: str) -> tuple:
         t0 = time.perf_counter()
         try:
-            with torch.no_grad(), _side_stream(self._stream):
-                fn = _prepared.get(impl, self.call, self.weight, self.bias)
-                result = fn(self.x)                         # compiles
+            with torch.no_grad(), _on_stream(self._stream):
+                fn = _prepared.get(impl, self.call, self.weight, self.bias)   # compiles where input_hw is taken
+                with self._cond:
+                    if self.abandoned:   # past the deadline: no launch from here (the caller may be capturing a
+                        return None, DEFERRED, time.perf_counter() - t0   # CUDA graph); the next call runs it
+                result = fn(self.x)                         # compiles the others (Triton's JIT)
                 diff = relative_difference(result, self.expected)
                 del result
                 if self._stream is not None:
@@ -490,22 +501,21 @@ class _WarmUps:
             return dict(self.outcomes)
 
 
-class _side_stream:
-    """A fresh CUDA stream that waits for ``stream`` (None: no stream, on a CPU), current in this thread."""
+class _on_stream:
+    """The caller's device and CUDA stream made current in a warm-up thread (None: a CPU, nothing to do).
+    The caller's stream, not a side stream: tensors the kernels allocate (packed weights) then belong to the
+    stream they are used on, so the caching allocator never hands them out while a launch still reads them."""
 
     def __init__(self, stream):
         self.stream = stream
 
     def __enter__(self):
-        if self.stream is None:
-            return None
-        self._device = torch.cuda.device(self.stream.device)
-        self._device.__enter__()
-        side = torch.cuda.Stream(self.stream.device)
-        side.wait_stream(self.stream)
-        self._ctx = torch.cuda.stream(side)
-        self._ctx.__enter__()
-        return side
+        if self.stream is not None:
+            self._device = torch.cuda.device(self.stream.device)
+            self._device.__enter__()
+            self._ctx = torch.cuda.stream(self.stream)
+            self._ctx.__enter__()
+        return self.stream
 
     def __exit__(self, *exc):
         if self.stream is not None:

@@ -25,6 +25,8 @@ def _fresh_dispatcher(tmp_path, monkeypatch):
     """Own cache folder per test, nothing remembered from an earlier test, and on the CPU only the
     implementations that need no compiling (cpu-parallel's Numba compile would dominate the test time)."""
     monkeypatch.setenv("CONVFORGE_CACHE", str(tmp_path / "cache"))
+    # A budget no warm-up on a loaded CI machine outlasts: every candidate is measured unless a test lowers it.
+    monkeypatch.setenv(torch_ops.BUDGET_ENV, "120")
     monkeypatch.setitem(torch_ops.CANDIDATES, ("cpu", "conv"), ("cpu-gemm",))
     monkeypatch.setitem(torch_ops.CANDIDATES, ("cpu", "fused"), ("cpu-gemm",))
     torch_ops.reset()
@@ -341,24 +343,29 @@ def test_cache_is_shared_across_processes_and_concurrent_writers_merge(tmp_path)
 
 def _blocking_prepare(monkeypatch, release, started=None, names=("cpu-gemm",)):
     """torch_ops._prepare whose named implementations wait for ``release`` (a threading.Event) first: a
-    compile that outlasts auto's budget, without timing anything."""
+    compile that outlasts auto's budget, without timing anything. Returns the list of the threads that ran
+    the prepared functions."""
+    import threading
     real = torch_ops._prepare
+    runs = []
 
     def prepare(impl, *a):
         if impl in names:
             if started is not None:
                 started.wait(timeout=60)   # a threading.Barrier: every blocked candidate has begun
             assert release.wait(timeout=60), "never released"
-        return real(impl, *a)
+        fn = real(impl, *a)
+        return lambda x: runs.append(threading.current_thread().name) or fn(x)
 
     monkeypatch.setattr(torch_ops, "_prepare", prepare)
+    return runs
 
 
 def test_auto_stops_waiting_at_the_budget_and_measures_a_late_candidate_later(monkeypatch):
     import threading
     monkeypatch.setenv(torch_ops.BUDGET_ENV, "0.05")
     release = threading.Event()
-    _blocking_prepare(monkeypatch, release)
+    runs = _blocking_prepare(monkeypatch, release)
     x, w = torch.randn(2, 3, 12, 12), torch.randn(4, 3, 3, 3)
     y = torch.ops.convforge.conv2d(x, w, None, [1, 1], [0, 0], "auto")   # returns while cpu-gemm "compiles"
     assert _rel(y, F.conv2d(x, w)) < 1e-5
@@ -372,12 +379,14 @@ def test_auto_stops_waiting_at_the_budget_and_measures_a_late_candidate_later(mo
                         (real(self, fast), done.set()))
     release.set()                                  # the compile finishes in the background ...
     assert done.wait(timeout=60)
-    monkeypatch.setenv(torch_ops.BUDGET_ENV, "2")
+    assert runs == []                              # prepared past the deadline: not launched by the thread
+    monkeypatch.setenv(torch_ops.BUDGET_ENV, "120")
     torch.ops.convforge.conv2d(x, w, None, [1, 1], [0, 0], "auto")   # ... and the next call measures it
     (record,) = torch_ops.dispatcher.choices.values()
     assert set(record["times_ms"]) == {"torch", "cpu-gemm"} and "incomplete" not in record
     (on_disk,) = json.loads(torch_ops.cache_path().read_text())["choices"].values()
     assert set(on_disk["times_ms"]) == {"torch", "cpu-gemm"}
+    assert runs and "convforge-auto-warmup" in runs[0]   # its first run was the re-measurement's warm-up
 
 
 def test_incomplete_choice_is_measured_again_by_a_few_later_processes(monkeypatch):
