@@ -59,6 +59,7 @@ import inspect
 import json
 import os
 import statistics
+import sys
 import threading
 import time
 import weakref
@@ -470,9 +471,11 @@ class _WarmUps:
 
     def _warm_up(self, impl: str) -> tuple:
         t0 = time.perf_counter()
+        _warming.owner = self
         try:
             with torch.no_grad(), _on_stream(self._stream):
                 fn = _prepared.get(impl, self.call, self.weight, self.bias)   # compiles where input_hw is taken
+                _stop_triton_launches_when_abandoned()
                 with self._cond:
                     if self.abandoned:   # past the deadline: no launch from here (the caller may be capturing a
                         return None, DEFERRED, time.perf_counter() - t0   # CUDA graph); the next call runs it
@@ -481,6 +484,8 @@ class _WarmUps:
                 del result
                 if self._stream is not None:
                     torch.cuda.current_stream(self.x.device).synchronize()
+        except _Abandoned:                   # Triton compiled past the deadline: launched at the next call
+            return None, DEFERRED, time.perf_counter() - t0
         except Exception as exc:             # a kernel that cannot take this shape: not a candidate
             first_line = str(exc).splitlines()[0][:160] if str(exc) else ""
             return None, f"failed: {type(exc).__name__}: {first_line}", time.perf_counter() - t0
@@ -499,6 +504,43 @@ class _WarmUps:
                 self._cond.wait(left)
             self.abandoned = True
             return dict(self.outcomes)
+
+
+class _Abandoned(Exception):
+    """Raised after a Triton compile in a warm-up thread whose measurement stopped waiting (no launch)."""
+
+
+_warming = threading.local()   # .owner: the _WarmUps this thread works for
+_hook_lock = threading.Lock()
+_hook_installed = False
+
+
+def _stop_triton_launches_when_abandoned() -> None:
+    """Once per process, where Triton is loaded: a ``jit_post_compile_hook`` (it runs after a compile and
+    before the launch, the kernel already cached) that raises ``_Abandoned`` in a warm-up thread whose
+    measurement has stopped waiting; any hook set before is called first. Elsewhere it does nothing."""
+    global _hook_installed
+    if _hook_installed or "triton" not in sys.modules:
+        return
+    with _hook_lock:
+        if _hook_installed:
+            return
+        try:
+            from triton import knobs
+            previous = knobs.runtime.jit_post_compile_hook
+        except (ImportError, AttributeError):   # a Triton without knobs: warm-ups past the deadline launch
+            _hook_installed = True
+            return
+
+        def hook(*args, **kwargs):
+            result = previous(*args, **kwargs) if previous is not None else None
+            owner = getattr(_warming, "owner", None)
+            if owner is not None and owner.abandoned:
+                raise _Abandoned()
+            return result
+
+        knobs.runtime.jit_post_compile_hook = hook
+        _hook_installed = True
 
 
 class _on_stream:

@@ -436,6 +436,28 @@ def test_auto_warms_candidates_up_concurrently(monkeypatch):
     assert set(record["one_time_ms"]) == {"torch", "cpu-gemm", "cpu-loops"}
 
 
+def test_triton_compile_past_the_deadline_does_not_launch(monkeypatch):
+    """The post-compile hook stops the launch in a warm-up thread whose measurement stopped waiting, and only
+    there; a hook installed before it still runs."""
+    import types
+    knobs = pytest.importorskip("triton").knobs
+    seen = []
+    monkeypatch.setattr(knobs.runtime, "jit_post_compile_hook", lambda **kw: seen.append(kw["key"]))
+    monkeypatch.setattr(torch_ops, "_hook_installed", False)
+    torch_ops._stop_triton_launches_when_abandoned()
+    hook = knobs.runtime.jit_post_compile_hook
+    monkeypatch.setattr(torch_ops._warming, "owner", None, raising=False)
+    hook(key=1)                                    # the caller's own compile: launched
+    torch_ops._warming.owner = types.SimpleNamespace(abandoned=False)
+    hook(key=2)                                    # a warm-up inside the budget: launched
+    torch_ops._warming.owner.abandoned = True
+    with pytest.raises(torch_ops._Abandoned):
+        hook(key=3)
+    assert seen == [1, 2, 3]
+    torch_ops._stop_triton_launches_when_abandoned()   # once per process
+    assert knobs.runtime.jit_post_compile_hook is hook
+
+
 @pytest.mark.parametrize("value", ["two", "0"])
 def test_bad_jobs_setting_is_a_one_line_user_error(monkeypatch, value):
     monkeypatch.setenv(torch_ops.JOBS_ENV, value)
