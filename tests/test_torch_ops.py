@@ -570,6 +570,39 @@ def test_gpu_new_weight_of_a_known_shape_compiles_nothing(gpu_candidates):
 
 @needs_gpu
 @pytest.mark.gpu
+def test_gpu_auto_warm_ups_in_threads_and_past_the_deadline(gpu_candidates, monkeypatch):
+    """Every GPU candidate warmed up in its own thread; then, with a budget too small for any compile (a
+    shape no other test uses, so NVRTC and Triton must run), auto answers with torch, the compiles finish
+    in the background without launching, and a later process measures them."""
+    import threading
+    g = torch.Generator(device="cuda").manual_seed(7)
+    x, w = torch.randn(3, 11, 23, 23, device="cuda", generator=g), torch.randn(13, 11, 3, 3, device="cuda", generator=g)
+    y = torch.ops.convforge.conv2d(x, w, None, [1, 1], [1, 1], "auto")
+    assert _rel(y, F.conv2d(x, w, None, 1, 1)) < 1e-4
+    (record,) = torch_ops.dispatcher.choices.values()
+    call = torch_ops._call_of("conv", x, w, None, [1, 1], [1, 1])
+    assert set(record["one_time_ms"]) == set(torch_ops.candidates(call)) and "incomplete" not in record
+    assert record["jobs"] == len(torch_ops.candidates(call)) - 1
+    torch_ops.reset()
+    monkeypatch.setenv(torch_ops.BUDGET_ENV, "0.001")
+    x, w = torch.randn(3, 11, 27, 27, device="cuda", generator=g), torch.randn(17, 11, 5, 5, device="cuda", generator=g)
+    y = torch.ops.convforge.conv2d(x, w, None, [1, 1], [2, 2], "auto")
+    assert _rel(y, F.conv2d(x, w, None, 1, 2)) < 1e-4
+    (record,) = torch_ops.dispatcher.choices.values()
+    assert record["impl"] == "torch" and record["incomplete"]
+    for thread in threading.enumerate():            # the late warm-ups: compile, then stop before launching
+        if thread.name == "convforge-auto-warmup":
+            thread.join(timeout=300)
+    monkeypatch.setenv(torch_ops.BUDGET_ENV, "120")
+    torch_ops.reset()                               # a later process: the incomplete record is measured again
+    y = torch.ops.convforge.conv2d(x, w, None, [1, 1], [2, 2], "auto")
+    assert _rel(y, F.conv2d(x, w, None, 1, 2)) < 1e-4
+    (record,) = torch_ops.dispatcher.choices.values()
+    assert "incomplete" not in record and len(record["times_ms"]) > 1, record
+
+
+@needs_gpu
+@pytest.mark.gpu
 def test_gpu_fullgraph_inductor_compile(gpu_candidates):
     model = _randomize(LeNet5()).cuda()
     x = torch.randn(32, 1, 28, 28, device="cuda")
