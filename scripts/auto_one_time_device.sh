@@ -17,16 +17,16 @@ pass() {   # label root timeout [extra args]
   echo "== $label $(date -u +%T)"
   timeout $limit python3 $SCRIPT --root $root --label $label --out $R/$label.json --shapes $SHAPES "$@" 2>&1 | grep -v Warning
 }
-fresh; pass after-cold $AFTER 200 --drain 60
-pass after-warm $AFTER 100
+fresh; pass after-cold $AFTER 170 --drain 45
+pass after-warm $AFTER 80
 if [ "$EXTRA" = jobs1 ]; then
-  fresh; CONVFORGE_AUTO_JOBS=1 pass after-jobs1-cold $AFTER 200 --drain 90
+  fresh; CONVFORGE_AUTO_JOBS=1 pass after-jobs1-cold $AFTER 170 --drain 45
 fi
-fresh; pass before-cold $BEFORE 230
-pass before-warm $BEFORE 100 --gil-probe
+fresh; pass before-cold $BEFORE 200
 if [ "${TESTS:-1}" = 1 ]; then
   echo "== gpu tests $(date -u +%T)"
-  (cd $AFTER && timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_torch_ops.py -m gpu 2>&1 | tail -15)
+  (cd $AFTER && timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_torch_ops.py -m gpu 2>&1 | tail -15)
 fi
+pass before-warm $BEFORE 80 --gil-probe
 date -u >> $R/env.txt
 tar czf $OUT/auto_one_time.tgz -C $OUT res
