@@ -666,10 +666,10 @@ class Dispatcher:
                 outcomes = warm.wait(start + COMPILE_SHARE * budget)
                 for impl in names:
                     if impl not in outcomes:
-                        began = warm.started.get(impl)
-                        notes[impl] = ("not measured: budget spent" if began is None else
+                        since = warm.started.get(impl)
+                        notes[impl] = ("not measured: budget spent" if since is None else
                                        f"not measured: its one-time work ran past the budget (still going after "
-                                       f"{time.perf_counter() - began:.1f} s)")
+                                       f"{time.perf_counter() - since:.1f} s)")
                         incomplete.append(impl)
                         continue
                     fn, verdict, seconds = outcomes[impl]
