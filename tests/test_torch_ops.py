@@ -25,6 +25,8 @@ def _fresh_dispatcher(tmp_path, monkeypatch):
     """Own cache folder per test, nothing remembered from an earlier test, and on the CPU only the
     implementations that need no compiling (cpu-parallel's Numba compile would dominate the test time)."""
     monkeypatch.setenv("CONVFORGE_CACHE", str(tmp_path / "cache"))
+    # A budget no warm-up on a loaded CI machine outlasts: every candidate is measured unless a test lowers it.
+    monkeypatch.setenv(torch_ops.BUDGET_ENV, "120")
     monkeypatch.setitem(torch_ops.CANDIDATES, ("cpu", "conv"), ("cpu-gemm",))
     monkeypatch.setitem(torch_ops.CANDIDATES, ("cpu", "fused"), ("cpu-gemm",))
     torch_ops.reset()
@@ -339,6 +341,132 @@ def test_cache_is_shared_across_processes_and_concurrent_writers_merge(tmp_path)
     assert reader.returncode == 0, out
 
 
+def _blocking_prepare(monkeypatch, release, started=None, names=("cpu-gemm",)):
+    """torch_ops._prepare whose named implementations wait for ``release`` (a threading.Event) first: a
+    compile that outlasts auto's budget, without timing anything. Returns the list of the threads that ran
+    the prepared functions."""
+    import threading
+    real = torch_ops._prepare
+    runs = []
+
+    def prepare(impl, *a):
+        if impl in names:
+            if started is not None:
+                started.wait(timeout=60)   # a threading.Barrier: every blocked candidate has begun
+            assert release.wait(timeout=60), "never released"
+        fn = real(impl, *a)
+        return lambda x: runs.append(threading.current_thread().name) or fn(x)
+
+    monkeypatch.setattr(torch_ops, "_prepare", prepare)
+    return runs
+
+
+def test_auto_stops_waiting_at_the_budget_and_measures_a_late_candidate_later(monkeypatch):
+    import threading
+    monkeypatch.setenv(torch_ops.BUDGET_ENV, "0.05")
+    release = threading.Event()
+    runs = _blocking_prepare(monkeypatch, release)
+    x, w = torch.randn(2, 3, 12, 12), torch.randn(4, 3, 3, 3)
+    y = torch.ops.convforge.conv2d(x, w, None, [1, 1], [0, 0], "auto")   # returns while cpu-gemm "compiles"
+    assert _rel(y, F.conv2d(x, w)) < 1e-5
+    (record,) = torch_ops.dispatcher.choices.values()
+    assert record["impl"] == "torch" and set(record["times_ms"]) == {"torch"}
+    assert record["incomplete"] == ["cpu-gemm"] and "ran past the budget" in record["notes"]["cpu-gemm"]
+    assert record["measured_s"] >= record["one_time_ms"]["torch"] / 1e3
+    on_disk = json.loads(torch_ops.cache_path().read_text())["choices"]
+    assert list(on_disk.values())[0]["incomplete"] == ["cpu-gemm"]
+    done = threading.Event()
+    monkeypatch.setattr(torch_ops.Dispatcher, "_late", lambda self, fast, real=torch_ops.Dispatcher._late:
+                        (real(self, fast), done.set()))
+    release.set()                                  # the compile finishes in the background ...
+    assert done.wait(timeout=60)
+    assert runs == []                              # prepared past the deadline: not launched by the thread
+    monkeypatch.setenv(torch_ops.BUDGET_ENV, "120")
+    torch.ops.convforge.conv2d(x, w, None, [1, 1], [0, 0], "auto")   # ... and the next call measures it
+    (record,) = torch_ops.dispatcher.choices.values()
+    assert set(record["times_ms"]) == {"torch", "cpu-gemm"} and "incomplete" not in record
+    (on_disk,) = json.loads(torch_ops.cache_path().read_text())["choices"].values()
+    assert set(on_disk["times_ms"]) == {"torch", "cpu-gemm"}
+    assert runs and "convforge-auto-warmup" in runs[0]   # its first run was the re-measurement's warm-up
+
+
+def test_incomplete_choice_is_measured_again_by_a_few_later_processes(monkeypatch):
+    import threading
+    monkeypatch.setenv(torch_ops.BUDGET_ENV, "0.05")
+    release = threading.Event()
+    _blocking_prepare(monkeypatch, release)
+    x, w = torch.randn(2, 3, 12, 12), torch.randn(4, 3, 3, 3)
+    measured = []
+    real_measure = torch_ops.Dispatcher.measure
+    monkeypatch.setattr(torch_ops.Dispatcher, "measure",
+                        lambda self, *a: measured.append(a[-1]) or real_measure(self, *a))
+    for _ in range(torch_ops.MAX_ATTEMPTS + 2):
+        torch_ops.reset()                          # a new process: nothing in memory, the disk cache stays
+        torch.ops.convforge.conv2d(x, w, None, [1, 1], [0, 0], "auto")
+    assert measured == list(range(1, torch_ops.MAX_ATTEMPTS + 1))   # then the incomplete record is kept
+    (on_disk,) = json.loads(torch_ops.cache_path().read_text())["choices"].values()
+    assert on_disk["impl"] == "torch" and on_disk["attempt"] == torch_ops.MAX_ATTEMPTS
+    release.set()
+
+
+def test_complete_choice_on_disk_is_used_by_a_new_process_without_measuring(monkeypatch):
+    x, w = torch.randn(2, 3, 12, 12), torch.randn(4, 3, 3, 3)
+    torch.ops.convforge.conv2d(x, w, None, [1, 1], [1, 1], "auto")
+    (first,) = torch_ops.dispatcher.choices.values()
+    assert set(first["one_time_ms"]) == {"torch", "cpu-gemm"} and "incomplete" not in first
+    torch_ops.reset()
+    monkeypatch.setattr(torch_ops.Dispatcher, "measure", lambda *a: pytest.fail("measured again"))
+    y = torch.ops.convforge.conv2d(x, w, None, [1, 1], [1, 1], "auto")
+    assert _rel(y, F.conv2d(x, w, None, 1, 1)) < 1e-5
+    assert list(torch_ops.dispatcher.choices.values()) == [first]
+
+
+def test_auto_warms_candidates_up_concurrently(monkeypatch):
+    """With two warm-up threads both candidates are in their one-time work at once (a barrier of two
+    that would break were they run one after the other)."""
+    import threading
+    monkeypatch.setitem(torch_ops.CANDIDATES, ("cpu", "conv"), ("cpu-gemm", "cpu-loops"))
+    monkeypatch.setenv(torch_ops.JOBS_ENV, "2")
+    release, both = threading.Event(), threading.Barrier(2)
+    release.set()
+    _blocking_prepare(monkeypatch, release, both, names=("cpu-gemm", "cpu-loops"))
+    x, w = torch.randn(1, 2, 6, 6), torch.randn(2, 2, 3, 3)
+    torch.ops.convforge.conv2d(x, w, None, [1, 1], [0, 0], "auto")
+    (record,) = torch_ops.dispatcher.choices.values()
+    assert record["jobs"] == 2 and not both.broken
+    assert set(record["one_time_ms"]) == {"torch", "cpu-gemm", "cpu-loops"}
+
+
+def test_triton_compile_past_the_deadline_does_not_launch(monkeypatch):
+    """The post-compile hook stops the launch in a warm-up thread whose measurement stopped waiting, and only
+    there; a hook installed before it still runs."""
+    import types
+    knobs = pytest.importorskip("triton").knobs
+    seen = []
+    monkeypatch.setattr(knobs.runtime, "jit_post_compile_hook", lambda **kw: seen.append(kw["key"]))
+    monkeypatch.setattr(torch_ops, "_hook_installed", False)
+    torch_ops._stop_triton_launches_when_abandoned()
+    hook = knobs.runtime.jit_post_compile_hook
+    monkeypatch.setattr(torch_ops._warming, "owner", None, raising=False)
+    hook(key=1)                                    # the caller's own compile: launched
+    torch_ops._warming.owner = types.SimpleNamespace(abandoned=False)
+    hook(key=2)                                    # a warm-up inside the budget: launched
+    torch_ops._warming.owner.abandoned = True
+    with pytest.raises(torch_ops._Abandoned):
+        hook(key=3)
+    assert seen == [1, 2, 3]
+    torch_ops._stop_triton_launches_when_abandoned()   # once per process
+    assert knobs.runtime.jit_post_compile_hook is hook
+
+
+@pytest.mark.parametrize("value", ["two", "0"])
+def test_bad_jobs_setting_is_a_one_line_user_error(monkeypatch, value):
+    monkeypatch.setenv(torch_ops.JOBS_ENV, value)
+    x, w = torch.randn(1, 3, 8, 8), torch.randn(2, 3, 3, 3)
+    with pytest.raises(convforge.errors.UserError, match=torch_ops.JOBS_ENV):
+        torch.ops.convforge.conv2d(x, w, None, [1, 1], [0, 0], "auto")
+
+
 def test_auto_never_compiles_weights_into_code(monkeypatch):
     from convforge import conv
     one_channel = torch_ops.Call("fused", "cuda", 10000, 1, 28, 28, 50, 5, 5, (1, 1), (0, 0), True, "float32", "tanh", 2)
@@ -439,6 +567,39 @@ def test_gpu_new_weight_of_a_known_shape_compiles_nothing(gpu_candidates):
     compiled = len(cuda_common._kernels)
     y = torch.ops.convforge.conv2d(x, w2, None, [1, 1], [0, 0], "cuda-fused-gemm")
     assert len(cuda_common._kernels) == compiled and _rel(y, F.conv2d(x, w2)) < 1e-5
+
+
+@needs_gpu
+@pytest.mark.gpu
+def test_gpu_auto_warm_ups_in_threads_and_past_the_deadline(gpu_candidates, monkeypatch):
+    """Every GPU candidate warmed up in its own thread; then, with a budget too small for any compile (a
+    shape no other test uses, so NVRTC and Triton must run), auto answers with torch, the compiles finish
+    in the background without launching, and a later process measures them."""
+    import threading
+    g = torch.Generator(device="cuda").manual_seed(7)
+    x, w = torch.randn(3, 11, 23, 23, device="cuda", generator=g), torch.randn(13, 11, 3, 3, device="cuda", generator=g)
+    y = torch.ops.convforge.conv2d(x, w, None, [1, 1], [1, 1], "auto")
+    assert _rel(y, F.conv2d(x, w, None, 1, 1)) < 1e-4
+    (record,) = torch_ops.dispatcher.choices.values()
+    call = torch_ops._call_of("conv", x, w, None, [1, 1], [1, 1])
+    assert set(record["one_time_ms"]) == set(torch_ops.candidates(call)) and "incomplete" not in record
+    assert record["jobs"] == len(torch_ops.candidates(call)) - 1
+    torch_ops.reset()
+    monkeypatch.setenv(torch_ops.BUDGET_ENV, "0.001")
+    x, w = torch.randn(3, 11, 27, 27, device="cuda", generator=g), torch.randn(17, 11, 5, 5, device="cuda", generator=g)
+    y = torch.ops.convforge.conv2d(x, w, None, [1, 1], [2, 2], "auto")
+    assert _rel(y, F.conv2d(x, w, None, 1, 2)) < 1e-4
+    (record,) = torch_ops.dispatcher.choices.values()
+    assert record["impl"] == "torch" and record["incomplete"]
+    for thread in threading.enumerate():            # the late warm-ups: compile, then stop before launching
+        if thread.name == "convforge-auto-warmup":
+            thread.join(timeout=300)
+    monkeypatch.setenv(torch_ops.BUDGET_ENV, "120")
+    torch_ops.reset()                               # a later process: the incomplete record is measured again
+    y = torch.ops.convforge.conv2d(x, w, None, [1, 1], [2, 2], "auto")
+    assert _rel(y, F.conv2d(x, w, None, 1, 2)) < 1e-4
+    (record,) = torch_ops.dispatcher.choices.values()
+    assert "incomplete" not in record and len(record["times_ms"]) > 1, record
 
 
 @needs_gpu
