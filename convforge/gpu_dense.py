@@ -13,10 +13,9 @@ from typing import Callable, Optional
 
 import torch
 
-from convforge.conv import cuda_common as cc
+from convforge.conv import ACTIVATION_CODES, cuda_common as cc   # the codes dense_gemv_sum takes
 
 GEMV_ROWS = (4, 8, 16)    # the compiled row counts (CF_ROWS) of dense_gemv.cu: one group of rows per block
-ACTIVATIONS = {None: 0, "tanh": 1, "relu": 2, "sigmoid": 3}   # dense_gemv_sum's act codes
 FUSE_ACTIVATION = True    # the engine hands a dense layer its following activation (off: A/B runs)
 GEMV_MAX_ROWS = 128       # beyond, the weights' re-reads (one per group of 16 rows) outweigh cuBLAS's tiles
 GEMV_SLICE = 512          # CF_KS: reduction columns per block
@@ -62,8 +61,8 @@ class GpuDense:
 
     def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor], measure: Measure,
                  activation: Optional[str] = None):
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"unknown activation {activation!r}; one of {', '.join(map(str, ACTIVATIONS))}")
+        if activation not in ACTIVATION_CODES:
+            raise ValueError(f"unknown activation {activation!r}; one of {', '.join(map(str, ACTIVATION_CODES))}")
         self.weight, self.bias, self.measure, self.activation = weight, bias, measure, activation
         self.weight_t = weight.t().contiguous()
         self.bias_column = None if bias is None else bias[:, None].contiguous()
@@ -106,7 +105,7 @@ class GpuDense:
         cc.kernel(spec, "dense_gemv_sum", x.device)(
             (cc.cdiv(rows * outputs, 256),), (256,),
             (cc.ptr(part), cc.ptr(self.bias), cc.ptr(y), cc.i32(rows), cc.i32(outputs), cc.i32(slices),
-             cc.i32(0 if self.bias is None else 1), cc.i32(ACTIVATIONS[self.activation])))
+             cc.i32(0 if self.bias is None else 1), cc.i32(ACTIVATION_CODES[self.activation])))
         return y
 
     def run(self, variant: str, x: torch.Tensor) -> torch.Tensor:
