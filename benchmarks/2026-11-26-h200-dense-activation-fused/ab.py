@@ -6,7 +6,9 @@ of both against float64 (argmax) and against each other.
 Usage: PYTHONPATH=. python3 benchmarks/2026-11-26-h200-dense-activation-fused/ab.py [--batch 10 100] [--out F]"""
 import argparse
 import json
+import os
 import statistics
+import sys
 
 import torch
 
@@ -18,18 +20,9 @@ from convforge.models import PRESETS, forward_with, load_preset
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
 BEFORE = ("linear", "transposed", "output-major", "split-k", "gemv")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from whole_dense_ab import replay_ms  # noqa: E402  (CUDA events around one replay, median of 20)
 
-
-def replay_ms(graphed, x, repeat=20):
-    times = []
-    for _ in range(repeat):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graphed(x)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def build(network, batch, after):
