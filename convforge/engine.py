@@ -195,6 +195,12 @@ class _Step:
         return self.lane_buffer(rows) if self.lane_buffer else (rows, *self.out_shape)
 
 
+def _absorbed_activation(walk: list, i: int, fuse: bool) -> Optional[str]:
+    """The activation right after layer i of ``walk`` that its dense layer applies itself (``fuse``), else None."""
+    following = walk[i + 1][0] if i + 1 < len(walk) else None
+    return following.kind if fuse and isinstance(following, Activation) else None
+
+
 def lanes_next(walk: list, j: int) -> bool:
     """Whether the layer at walk[j] (a Flatten skipped) reads cpu-parallel's lane layout on the CPU whole-network
     path: a conv (cpu-parallel's tiles compute in it), or a dense layer whose tiles take 16-image stripes (the
@@ -269,16 +275,13 @@ class Engine:
             elif isinstance(layer, Dense) and precision == "fast":
                 step.tf32 = True
             elif isinstance(layer, Dense) and self.device == "cuda":
-                following = walk[i + 1][0] if i + 1 < len(walk) else None
-                activation = following.kind if (isinstance(following, Activation) and fuse
-                                                and gpu_dense.FUSE_ACTIVATION) else None
+                activation = _absorbed_activation(walk, i, fuse and gpu_dense.FUSE_ACTIVATION)
                 step.skip = 1 if activation else 0
                 step.gpu_dense = GpuDense(self.params[f"{prefix}.weight"], self.params.get(f"{prefix}.bias"),
                                           median_seconds, activation)
             elif isinstance(layer, Dense) and self.cpu_whole:
                 from convforge.cpu_dense import DenseLayer
-                following = walk[i + 1][0] if i + 1 < len(walk) else None
-                activation = following.kind if isinstance(following, Activation) and fuse else None
+                activation = _absorbed_activation(walk, i, fuse)
                 step.skip = 1 if activation else 0
                 step.dense = DenseLayer(self.params[f"{prefix}.weight"], self.params.get(f"{prefix}.bias"),
                                         activation, lanes=lanes)

@@ -112,13 +112,7 @@ class GpuDense:
         if variant in self.GEMV_GROUPS and self.serves(variant, x.shape[0]):
             return self._gemv(x, self.GEMV_GROUPS[variant])
         y = self._product(variant, x)
-        if self.activation == "tanh":
-            y.tanh_()
-        elif self.activation == "relu":
-            y.relu_()
-        elif self.activation == "sigmoid":
-            y.sigmoid_()
-        return y
+        return y if self.activation is None else getattr(y, f"{self.activation}_")()   # tanh_, relu_, sigmoid_
 
     def _product(self, variant: str, x: torch.Tensor) -> torch.Tensor:
         if variant == "linear":

@@ -290,10 +290,10 @@ def bench_network_cpu(name: str, batches: Sequence[int], ceilings, repeat: int, 
             ceilings = raised_ceilings(ceilings, peaks)
             floor_ms = ceilings.floor_s(cost.flops, cost.bytes_moved) * 1e3
             base.update(floor_ms=floor_ms, fma_gflops=ceilings.fma_gflops)
+            peak_now = float(np.median(peaks)) if peaks else None
             for label in forwards:
                 ms = float(np.median(times[label])) * 1e3
                 predicted = logits[label].argmax(1)
-                peak_now = float(np.median(peaks)) if peaks else None
                 row = dict(base, candidate=label, ms=ms, ms_all=[t * 1e3 for t in times[label]],
                            pct_floor=100 * floor_ms / ms, images_per_s=batch / ms * 1e3,
                            gflops=cost.flops / ms / 1e6, fma_gflops_during=peak_now,
