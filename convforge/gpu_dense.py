@@ -1,8 +1,10 @@
-"""The GPU engine's exact dense layers: y = x W^T + b in whichever of five forms measures fastest per batch size.
+"""The GPU engine's exact dense layers: y = x W^T + b in whichever form measures fastest per batch size.
 
-Four are cuBLAS calls; the fifth, ``gemv``, is this project's split-K kernel for 1-128 rows
-(``conv/cuda/dense_gemv.cu``, launched through the CUDA C kernels' launcher): at 10 images a dense layer is a
-matrix-vector product whose weights (fa17: 14.4 MB) dominate, and cuBLAS runs it on a handful of blocks.
+Four forms are cuBLAS calls; the others are this project's split-K kernels, launched through the CUDA C kernels'
+launcher: ``gemv`` for 1-128 rows (``conv/cuda/dense_gemv.cu``: at 10 images a dense layer is a matrix-vector
+product whose weights, 14.4 MB for fa17, dominate, and cuBLAS runs it on a handful of blocks) and ``tiles`` for
+17-2048 rows (``conv/cuda/dense_tiles.cu``: a register-tiled product over slices of the reduction, for the
+100-image layers whose 100 x 160 outputs cuBLAS covers with a few dozen blocks walking all 17496 columns).
 Which form wins depends on the layer and the batch (no fixed rule held, see ``GpuDense``), so each layer times
 them the first time a batch size comes, on the GPU alone, and keeps the choice.
 """
@@ -20,11 +22,27 @@ FUSE_ACTIVATION = True    # the engine hands a dense layer its following activat
 GEMV_MAX_ROWS = 128       # beyond, the weights' re-reads (one per group of 16 rows) outweigh cuBLAS's tiles
 GEMV_SLICE = 512          # CF_KS: reduction columns per block
 GEMV_OUTPUTS = 32         # CF_WARPS * CF_OUTS: outputs per block
+TILES_ROWS = (17, 2048)   # the rows ``tiles`` serves: from where gemv needs two groups to where cuBLAS's own tiles fill the GPU
+TILE_M, TILE_N, TILE_K = 64, 32, 16   # dense_tiles.cu's block tile and reduction slab
+SUM_OUTPUTS, SUM_GROUPS = 32, 8        # dense_gemv_sum's block: outputs x groups of slices
+TILES_PER_SM = 16         # split-K: slices enough for about this many blocks per SM ...
+TILES_MIN_SLICE = 256     # ... but no slice shorter than this many columns (each pays a prologue and a partial sum)
+TILES_THREADS = 128           # dense_tiles.cu THREADS
+TILES_SPEC = cc.KernelSpec.of("dense_tiles.cu")
 
 
 def kernel_specs() -> list[cc.KernelSpec]:
-    """Every compiled form of dense_gemv.cu (one per row count)."""
-    return [cc.KernelSpec.of("dense_gemv.cu", CF_ROWS=rows) for rows in GEMV_ROWS]
+    """Every compiled form of dense_gemv.cu (one per row count), then dense_tiles.cu."""
+    return [cc.KernelSpec.of("dense_gemv.cu", CF_ROWS=rows) for rows in GEMV_ROWS] + [TILES_SPEC]
+
+
+def tiles_slices(rows: int, outputs: int, depth: int, sm_count: int) -> tuple[int, int]:
+    """(slices, slice length) of the reduction for ``tiles``: the length a multiple of TILE_K, every slice
+    non-empty."""
+    tiles = cc.cdiv(rows, TILE_M) * cc.cdiv(outputs, TILE_N)
+    wanted = max(1, min(TILES_PER_SM * sm_count // tiles, depth // TILES_MIN_SLICE))
+    length = cc.cdiv(cc.cdiv(depth, wanted), TILE_K) * TILE_K
+    return cc.cdiv(depth, length), length
 
 
 def scratch(shape: tuple, device: torch.device) -> torch.Tensor:
@@ -49,12 +67,15 @@ class GpuDense:
     - ``gemv``: dense_gemv.cu (module docstring) for at most 128 rows, K a multiple of 4, where CuPy can launch it,
       with the rows in one group of up to 16 per block; ``gemv4`` / ``gemv8`` in groups of 4 / 8 (each group
       reads the weights again, mostly from L2: at 10 rows groups of 4 took fa18's first dense layer from 16.1 to
-      13.5 us on an H200, benchmarks/2026-11-26-h200-small-batch-fa18-fa19).
+      13.5 us on an H200, benchmarks/2026-11-26-h200-small-batch-fa18-fa19);
+    - ``tiles``: dense_tiles.cu for TILES_ROWS, under the same conditions as gemv, its slices summed by gemv's
+      sum kernel.
     (benchmarks/2026-11-26-h100-h200-whole-network-floors/small_dense.txt)
     ``activation`` (None, tanh, relu, sigmoid) is applied to the output: inside gemv's sum kernel, in place after
     the cuBLAS forms."""
 
-    VARIANTS = ("linear", "transposed", "output-major", "split-k", "gemv", "gemv4", "gemv8")
+    VARIANTS = ("linear", "transposed", "output-major", "split-k", "gemv", "gemv4", "gemv8", "tiles")
+    OWN_KERNELS = ("gemv", "gemv4", "gemv8", "tiles")   # this project's kernels: the conditions of has_gemv
     GEMV_GROUPS = {"gemv": None, "gemv4": 4, "gemv8": 8}   # None: the smallest compiled group that holds the rows
     SPLITS = (16, 12, 8)     # the first that divides K into parts of at least MIN_SPLIT_DEPTH
     MIN_SPLIT_DEPTH = 256
@@ -77,40 +98,52 @@ class GpuDense:
     def variants(self) -> tuple[str, ...]:
         """The forms this layer has (for any batch: ``gemv`` also needs at most 128 rows, see ``serves``)."""
         return tuple(v for v in self.VARIANTS if (v != "split-k" or self.splits)
-                     and (v not in self.GEMV_GROUPS or self.has_gemv))
+                     and (v not in self.OWN_KERNELS or self.has_gemv))
 
     def serves(self, variant: str, rows: int) -> bool:
         """Whether ``variant`` runs ``rows`` rows: gemv for at most GEMV_MAX_ROWS, its fixed groups only where
-        the rows need more than one group (else they are plain ``gemv``)."""
+        the rows need more than one group (else they are plain ``gemv``), tiles for TILES_ROWS."""
         if variant not in self.variants:
             return False
+        if variant == "tiles":
+            return TILES_ROWS[0] <= rows <= TILES_ROWS[1]
         if variant not in self.GEMV_GROUPS:
             return True
         group = self.GEMV_GROUPS[variant]
         return rows <= GEMV_MAX_ROWS and (group is None or rows > group)
 
-    def _gemv(self, x: torch.Tensor, group: Optional[int] = None) -> torch.Tensor:
+    def _split_k(self, variant: str, x: torch.Tensor) -> torch.Tensor:
+        """gemv or tiles: the partial sums of the reduction's slices, then their ordered sum + bias + activation."""
         rows, depth = x.shape
         if not x.is_contiguous() or x.data_ptr() % 16:
             x = x.contiguous() if not x.is_contiguous() else x.clone()
         outputs = self.weight.shape[0]
-        if group is None:
-            group = next((r for r in GEMV_ROWS if r >= rows), GEMV_ROWS[-1])
-        spec = kernel_specs()[GEMV_ROWS.index(group)]
-        slices = cc.cdiv(depth, GEMV_SLICE)
-        part, y = scratch((slices, rows, outputs), x.device), scratch((rows, outputs), x.device)
-        cc.kernel(spec, "dense_gemv_part", x.device)(
-            (cc.cdiv(outputs, GEMV_OUTPUTS), slices, cc.cdiv(rows, group)), (256,),
-            (cc.ptr(x), cc.ptr(self.weight), cc.ptr(part), cc.i32(rows), cc.i32(depth), cc.i32(outputs)))
+        args = (cc.ptr(x), cc.ptr(self.weight))
+        if variant == "tiles":
+            slices, length = tiles_slices(rows, outputs, depth, cc.device_info(x.device).sm_count)
+            part = scratch((slices, rows, outputs), x.device)
+            cc.kernel(TILES_SPEC, "dense_tiles_part", x.device)(
+                (cc.cdiv(outputs, TILE_N), slices, cc.cdiv(rows, TILE_M)), (TILES_THREADS,),
+                (*args, cc.ptr(part), cc.i32(rows), cc.i32(depth), cc.i32(outputs), cc.i32(length)))
+            spec = kernel_specs()[0]
+        else:
+            group = self.GEMV_GROUPS[variant] or next((r for r in GEMV_ROWS if r >= rows), GEMV_ROWS[-1])
+            spec = kernel_specs()[GEMV_ROWS.index(group)]
+            slices = cc.cdiv(depth, GEMV_SLICE)
+            part = scratch((slices, rows, outputs), x.device)
+            cc.kernel(spec, "dense_gemv_part", x.device)(
+                (cc.cdiv(outputs, GEMV_OUTPUTS), slices, cc.cdiv(rows, group)), (256,),
+                (*args, cc.ptr(part), cc.i32(rows), cc.i32(depth), cc.i32(outputs)))
+        y = scratch((rows, outputs), x.device)
         cc.kernel(spec, "dense_gemv_sum", x.device)(
-            (cc.cdiv(rows * outputs, 256),), (256,),
+            (cc.cdiv(rows * outputs, SUM_OUTPUTS),), (SUM_OUTPUTS * SUM_GROUPS,),
             (cc.ptr(part), cc.ptr(self.bias), cc.ptr(y), cc.i32(rows), cc.i32(outputs), cc.i32(slices),
              cc.i32(0 if self.bias is None else 1), cc.i32(ACTIVATION_CODES[self.activation])))
         return y
 
     def run(self, variant: str, x: torch.Tensor) -> torch.Tensor:
-        if variant in self.GEMV_GROUPS and self.serves(variant, x.shape[0]):
-            return self._gemv(x, self.GEMV_GROUPS[variant])
+        if variant in self.OWN_KERNELS and self.serves(variant, x.shape[0]):
+            return self._split_k(variant, x)
         y = self._product(variant, x)
         return y if self.activation is None else getattr(y, f"{self.activation}_")()   # tanh_, relu_, sigmoid_
 

@@ -236,14 +236,46 @@ def _check_emulated_gemv(monkeypatch, bias):
     assert not dense.serves("gemv", 129)
     with pytest.raises(ValueError, match="unknown dense variant 'gemv' for 129 rows"):
         dense.run("gemv", torch.rand(129, 1028))
-    assert "gemv" not in gpu_dense.GpuDense(weight[:, :1026].contiguous(), b, median_seconds).variants   # K % 4
+    assert not {"gemv", "tiles"} & set(gpu_dense.GpuDense(weight[:, :1026].contiguous(), b, median_seconds).variants)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_gpu_dense_tiles_kernel_matches_float64(monkeypatch, bias):
+    """dense_tiles.cu (the split-K tiled product for 17-2048 rows), run by the host emulation: within 1e-5 of
+    float64 on one and two row tiles (the second partial), outputs over two column tiles (the second partial),
+    four slices of the reduction with a partial last slab, a transposed input view and a fused activation; the
+    partial and output buffers poisoned (NaN) first."""
+    from convforge import gpu_dense
+    from convforge.conv import cuda_emulate
+    from convforge.engine import median_seconds
+    if cuda_emulate.compiler() is None:
+        pytest.skip("no C++ compiler (g++) for the host emulation")
+    monkeypatch.setattr(gpu_dense, "scratch", lambda shape, device: torch.full(shape, float("nan")))
+    gen = torch.Generator().manual_seed(17)
+    weight = torch.randn(45, 1028, generator=gen)
+    b = torch.randn(45, generator=gen) if bias else None
+    with cuda_emulate.emulated(sm_count=2):
+        assert gpu_dense.tiles_slices(70, 45, 1028, 2) == (4, 272)   # the last slice 212 columns: 13 slabs + 4
+        dense = gpu_dense.GpuDense(weight, b, median_seconds)
+        assert [dense.serves("tiles", rows) for rows in (16, 17, 2048, 2049)] == [False, True, True, False]
+        for rows in (19, 70):
+            x = torch.rand(rows, 1028, generator=gen) * 4 - 2
+            ref = torch.nn.functional.linear(x.double(), weight.double(), b.double() if bias else None)
+            for view in (x, x.t().contiguous().t()):
+                out = dense.run("tiles", view)
+                assert out.shape == ref.shape and not out.isnan().any()
+                assert ((out.double() - ref).norm() / ref.norm()).item() <= 1e-5, rows
+        relu = gpu_dense.GpuDense(weight, b, median_seconds, "relu")
+        out = relu.run("tiles", x)
+        assert ((out.double() - torch.relu(ref)).norm() / torch.relu(ref).norm()).item() <= 1e-5
 
 
 @pytest.mark.gpu
 @needs_cuda
 def test_gpu_dense_gemv_kernel_on_the_gpu(monkeypatch):
-    """The same kernel on a GPU, at every preset's first dense layer size: within 1e-5 of float64 with poisoned
-    buffers, for 1 to 128 rows, and bit-equal from one call to the next (its sum has a fixed order)."""
+    """The same kernels (gemv, tiles) on a GPU, at every preset's first dense layer size: within 1e-5 of float64
+    with poisoned buffers, for 1 to 1000 rows, and bit-equal from one call to the next (their sums have a fixed
+    order)."""
     from convforge import gpu_dense
     from convforge.engine import median_seconds
     monkeypatch.setattr(gpu_dense, "scratch",
@@ -261,10 +293,15 @@ def test_gpu_dense_gemv_kernel_on_the_gpu(monkeypatch):
             assert not out.isnan().any()
             assert ((out.double() - ref).norm() / ref.norm()).item() <= 1e-5, (outputs, depth, rows)
             assert torch.equal(out, dense.run("gemv", x))
-            for variant in ("gemv4", "gemv8"):
+            for variant in ("gemv4", "gemv8", "tiles"):
                 if dense.serves(variant, rows):
                     out = dense.run(variant, x)
                     assert ((out.double() - ref).norm() / ref.norm()).item() <= 1e-5, (variant, outputs, rows)
+        x = torch.rand(1000, depth, device="cuda", generator=gen) * 255   # tiles beyond gemv's rows
+        ref = torch.nn.functional.linear(x.double(), weight.double(), b.double())
+        out = dense.run("tiles", x)
+        assert ((out.double() - ref).norm() / ref.norm()).item() <= 1e-5, ("tiles", outputs, 1000)
+        assert torch.equal(out, dense.run("tiles", x))
         fused = gpu_dense.GpuDense(weight, b, median_seconds, "tanh")
         x = torch.rand(10, depth, device="cuda", generator=gen) * 255
         ref = torch.tanh(torch.nn.functional.linear(x.double(), weight.double(), b.double()))

@@ -30,6 +30,18 @@ __device__ __forceinline__ void copy_async16(void* dst, const void* src)
 #endif
 }
 
+// 16 bytes as copy_async16, zero-filled when !valid (src-size 0: nothing is read, src need only be a valid address)
+__device__ __forceinline__ void copy_async16_zfill(void* dst, const void* src, bool valid)
+{
+#if defined(__CUDA_ARCH__)
+    unsigned d;
+    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(d) : "l"(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(d), "l"(src), "r"(valid ? 16 : 0) : "memory");
+#else
+    *static_cast<float4*>(dst) = valid ? *static_cast<const float4*>(src) : make_float4(0.f, 0.f, 0.f, 0.f);
+#endif
+}
+
 __device__ __forceinline__ void copy_commit()
 {
 #if defined(__CUDA_ARCH__)

@@ -7,7 +7,7 @@
 // 16-byte loads (lane = column quad) and keeps CF_ROWS x CF_OUTS sums per lane (grid z: groups of CF_ROWS
 // rows, each reading the weights again, mostly from L2); a reduce-scatter of shuffles
 // (62 for 64 sums, not 320) leaves each sum on one lane, which writes it to part[s][row][n].
-// dense_gemv_sum adds the slices in order plus the bias: deterministic, so a CUDA graph replays bit-equal.
+// dense_gemv_sum adds the slices in a fixed order plus the bias: deterministic, so a CUDA graph replays bit-equal.
 // Needs K % 4 == 0 and 16-byte aligned x and W (the caller checks). CF_ROWS: 4, 8 or 16 (a power of two).
 #ifndef CF_ROWS
 #define CF_ROWS 16
@@ -109,15 +109,30 @@ extern "C" __global__ void __launch_bounds__(CF_WARPS * 32) dense_gemv_part(
     }
 }
 
-// y[r][n] = act(bias[n] + the slices' partial sums, in slice order); act: 0 none, 1 tanh, 2 relu, 3 sigmoid
-// (the layer's activation fused here saves a launch: at 10 images fa18's whole forward is ~50 us, 7 kernels).
-extern "C" __global__ void dense_gemv_sum(const float* __restrict__ part, const float* __restrict__ bias,
-                                          float* __restrict__ y, int rows, int N, int slices, int has_bias, int act)
+// y[r][n] = act(bias[n] + the slices' partial sums); act: 0 none, 1 tanh, 2 relu, 3 sigmoid (the layer's activation
+// fused here saves a launch: at 10 images fa18's whole forward is ~50 us, 7 kernels). A block takes SUM_OUTPUTS
+// outputs; its SUM_GROUPS warps add every SUM_GROUPS-th slice each (a thread per output summing 35-70 slices in
+// turn waited on one L2 read after another: 4-6 us), then warp 0 adds the groups' sums in order. The order is
+// fixed, so the result is deterministic and a CUDA graph replays bit-equal.
+#define SUM_OUTPUTS 32
+#define SUM_GROUPS 8
+extern "C" __global__ void __launch_bounds__(SUM_OUTPUTS * SUM_GROUPS) dense_gemv_sum(
+    const float* __restrict__ part, const float* __restrict__ bias, float* __restrict__ y, int rows, int N,
+    int slices, int has_bias, int act)
 {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= rows * N) return;
+    __shared__ float sums[SUM_GROUPS][SUM_OUTPUTS];
+    const int lane = threadIdx.x % SUM_OUTPUTS, group = threadIdx.x / SUM_OUTPUTS;
+    const int i = blockIdx.x * SUM_OUTPUTS + lane;
+    const bool valid = i < rows * N;
     float s = 0.f;
-    for (int sl = 0; sl < slices; ++sl) s += part[(size_t)sl * rows * N + i];
+    if (valid)
+        for (int sl = group; sl < slices; sl += SUM_GROUPS) s += part[(size_t)sl * rows * N + i];
+    sums[group][lane] = s;
+    __syncthreads();
+    if (group != 0 || !valid) return;
+    s = sums[0][lane];
+#pragma unroll
+    for (int g = 1; g < SUM_GROUPS; ++g) s += sums[g][lane];
     if (has_bias) s += bias[i % N];
     if (act == 1) s = tanhf(s);
     else if (act == 2) s = (s > 0.f || s != s) ? s : 0.f;   // relu keeps NaN, as torch's does
