@@ -380,6 +380,32 @@ def test_emulated_launch_configs(emulation):
 
 
 @needs_cxx
+def test_emulated_map_splits(emulation):
+    """ms > 1 splits the map groups over grid.y: same function, weights staged per split, global paths too."""
+    from convforge.conv import cuda_fused_gemm, cuda_fused_layer
+    shape = (3, 12, 3, 14, 13, 5)
+    x, w, b = _data(shape, seed=21, bias=True, unit=True)
+    ref = _reference(x, w, b)
+    for config in ({"tm": 4, "ht": 1, "wt": 4, "ms": 3}, {"tm": 3, "ht": 2, "wt": 2, "ms": 2, "bh": 4, "pipe": 1},
+                   {"tm": 6, "ht": 1, "wt": 8, "ms": 2, "pu": 5}, {"tm": 2, "ht": 1, "wt": 4, "ms": 6, "nt": 32}):
+        geom = cuda_fused_gemm.plan(12, 3, 14, 13, 5, 1, config=config)
+        assert geom.cfg.ms == config["ms"] and geom.items == geom.mg // geom.cfg.ms * geom.rt * geom.g
+        assert dict(geom.spec().constants)["CF_MS"] == config["ms"]
+        _check(cuda_fused_gemm.prepare(w, b, config=config), x, ref, 1e-5, f"config {config}")
+    _check(cuda_fused_layer.prepare_fused(w, b, "tanh", 2, config={"tm": 4, "ht": 2, "wt": 2, "ms": 3}), x,
+           _reference(x, w, b, "tanh", 2), 1e-5, "fused-layer ms 3")
+    assert "CF_MS" not in dict(cuda_fused_gemm.plan(12, 3, 14, 13, 5, 1, config={"tm": 4}).spec().constants)
+    with pytest.raises(ValueError, match="ms must divide"):
+        cuda_fused_gemm.plan(12, 3, 14, 13, 5, 1, config={"tm": 4, "ms": 2})
+    original = emulation.cc.device_info
+    emulation.cc.device_info = lambda device: emulation.cc.DeviceInfo(0, 2, 600, 2048, "90")
+    try:   # input and weights from global memory (no shared memory to speak of)
+        _check(cuda_fused_gemm.prepare(w, b, config={"tm": 4, "ms": 3}), x, ref, 1e-5, "global ms 3")
+    finally:
+        emulation.cc.device_info = original
+
+
+@needs_cxx
 def test_emulated_tc_gather_streaming_stores(emulation):
     """The gather kernel with evict-first output stores (cs=1), both precisions, an odd layer."""
     from convforge.conv import cuda_tc
