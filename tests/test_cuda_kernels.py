@@ -144,6 +144,21 @@ def test_gpu_every_launch_config(shape, pool):
 
 @needs_gpu
 @pytest.mark.gpu
+def test_gpu_map_splits():
+    """Map splits (ms > 1, grid.y) on the fa18 L2 shape and a pooled layer compute the same function."""
+    from convforge.conv import cuda_fused_gemm, cuda_fused_layer
+    x, w, b = _data((5, 24, 12, 33, 33, 7), seed=17, bias=True, device="cuda")
+    ref = _reference(x, w, b)
+    for config in ({"tm": 6, "wt": 4, "bh": 27, "ms": 4, "pipe": 1}, {"tm": 4, "wt": 4, "bh": 9, "ms": 3, "minb": 2},
+                   {"tm": 3, "wt": 8, "bh": 14, "ms": 8}, {"tm": 12, "wt": 4, "bh": 27, "ms": 2, "pu": 7}):
+        _check(cuda_fused_gemm.prepare(w, b, config=config), x, ref, 1e-5, f"config {config}")
+    x, w, b = _data((3, 16, 4, 40, 40, 7), seed=18, bias=True, unit=True, device="cuda")
+    _check(cuda_fused_layer.prepare_fused(w, b, "relu", 2, config={"tm": 4, "ht": 2, "wt": 4, "ms": 2}), x,
+           _reference(x, w, b, "relu", 2), 1e-5, "fused-layer ms 2")
+
+
+@needs_gpu
+@pytest.mark.gpu
 @pytest.mark.parametrize("precision", ("tf32", "fp16"))
 def test_gpu_tc_launch_configs(precision):
     from convforge.conv import cuda_tc
@@ -380,6 +395,32 @@ def test_emulated_launch_configs(emulation):
 
 
 @needs_cxx
+def test_emulated_map_splits(emulation):
+    """ms > 1 splits the map groups over grid.y: same function, weights staged per split, global paths too."""
+    from convforge.conv import cuda_fused_gemm, cuda_fused_layer
+    shape = (3, 12, 3, 14, 13, 5)
+    x, w, b = _data(shape, seed=21, bias=True, unit=True)
+    ref = _reference(x, w, b)
+    for config in ({"tm": 4, "ht": 1, "wt": 4, "ms": 3}, {"tm": 3, "ht": 2, "wt": 2, "ms": 2, "bh": 4, "pipe": 1},
+                   {"tm": 6, "ht": 1, "wt": 8, "ms": 2, "pu": 5}, {"tm": 2, "ht": 1, "wt": 4, "ms": 6, "nt": 32}):
+        geom = cuda_fused_gemm.plan(12, 3, 14, 13, 5, 1, config=config)
+        assert geom.cfg.ms == config["ms"] and geom.items == geom.mg // geom.cfg.ms * geom.rt * geom.g
+        assert dict(geom.spec().constants)["CF_MS"] == config["ms"]
+        _check(cuda_fused_gemm.prepare(w, b, config=config), x, ref, 1e-5, f"config {config}")
+    _check(cuda_fused_layer.prepare_fused(w, b, "tanh", 2, config={"tm": 4, "ht": 2, "wt": 2, "ms": 3}), x,
+           _reference(x, w, b, "tanh", 2), 1e-5, "fused-layer ms 3")
+    assert "CF_MS" not in dict(cuda_fused_gemm.plan(12, 3, 14, 13, 5, 1, config={"tm": 4}).spec().constants)
+    with pytest.raises(ValueError, match="ms must divide"):
+        cuda_fused_gemm.plan(12, 3, 14, 13, 5, 1, config={"tm": 4, "ms": 2})
+    original = emulation.cc.device_info
+    emulation.cc.device_info = lambda device: emulation.cc.DeviceInfo(0, 2, 600, 2048, "90")
+    try:   # input and weights from global memory (no shared memory to speak of)
+        _check(cuda_fused_gemm.prepare(w, b, config={"tm": 4, "ms": 3}), x, ref, 1e-5, "global ms 3")
+    finally:
+        emulation.cc.device_info = original
+
+
+@needs_cxx
 def test_emulated_tc_gather_streaming_stores(emulation):
     """The gather kernel with evict-first output stores (cs=1), both precisions, an odd layer."""
     from convforge.conv import cuda_tc
@@ -478,6 +519,12 @@ def test_fused_layer_design_by_channel_count():
     assert cuda_fused_layer.design(1, cuda_direct.DirectConfig(5, 2))[0] == "direct"
     with pytest.raises(ValueError, match="kernel must be one of"):
         cuda_fused_layer.design(1, {"kernel": "tc"})
+    # a sweep's --write-auto records a row's config as its dataclass fields, without the design's name
+    row = {"mg": 6, "r": 2, "nt": 256, "cs": 0, "minb": 0, "uc": -1, "rows": 1, "chunk": 1}
+    assert cuda_fused_layer.design(1, row) == ("direct", row)
+    assert cuda_fused_layer.design(4, {"tm": 4, "nt": 128, "minb": 1, "ms": 1})[0] == "regtile"
+    assert cuda_fused_layer.design(1, {"nt": 128})[0] == "regtile"      # shared fields alone: as before
+    assert [s.source for s in cuda_fused_layer.kernel_specs(12, 1, 72, 72, 7, 2, "tanh", config=row)] == ["direct.cu"]
 
 
 def test_tc_rows_planning():

@@ -15,6 +15,9 @@ Bottleneck: FP32 FFMA issue on these layers (every preset layer has more than ~6
 move), then the output stores on the C=1 first layers; the floor is max(bytes / 4.2 TB/s, FLOPs /
 51 TFLOP/s) on an H200.
 
+Small batches: ``ms`` (map splits) spreads the map groups over ``ms`` blocks (grid.y), each staging only its
+groups' weights, so 100 images of one band each give 100 * ms blocks instead of 100 on 132 SMs.
+
 Input staging: cp.async copies, double-buffered (the next band streams in while this one is computed;
 ``pipe`` in the config, see regtile.cu). Launch shapes: ``convforge/tuning/cuda-fused-gemm.json`` holds the
 measured best shape of each preset layer and pool (the default for those shapes when no config is given; one
@@ -68,6 +71,7 @@ class RegTileConfig:
     minb: int = 1      # __launch_bounds__ min blocks per SM (caps registers at 65536 / (nt * minb))
     pu: int = 0        # unroll of the kernel-row loop, 1 or K (0: chosen by the cost model)
     pipe: int = 2      # input staging: 0 load+store, 1 cp.async, 2 cp.async double-buffered (next band prefetched)
+    ms: int = 1        # map splits: the map groups spread over ms blocks (grid.y), for small batches
 
     @staticmethod
     def coerce(config: Union["RegTileConfig", dict, None]) -> Optional["RegTileConfig"]:
@@ -112,13 +116,15 @@ class Geometry:
     @property
     def mp(self): return self.mg * self.gs
     @property
+    def mgs(self): return self.mg // self.cfg.ms      # map groups per block (ms divides mg)
+    @property
     def g(self): return cc.cdiv(self.we, self.cfg.wt)
     @property
     def nb(self): return cc.cdiv(self.he, self.cfg.bh)
     @property
     def rt(self): return self.cfg.bh // self.cfg.ht
     @property
-    def items(self): return self.mg * self.rt * self.g
+    def items(self): return self.mgs * self.rt * self.g
     @property
     def xvec(self): return self.cfg.wt % 4 == 0 and self.xsmem
     @property
@@ -136,7 +142,7 @@ class Geometry:
         one = cc.cdiv(self.C * self.xr * self.pitch, 4) * 4 if self.xsmem else 0
         return one * (2 if self.cfg.pipe == 2 else 1)
     @property
-    def ws_floats(self): return self.C * self.K * self.K * self.mp if self.wsmem else 0
+    def ws_floats(self): return self.C * self.K * self.K * self.mgs * self.gs if self.wsmem else 0
     @property
     def smem_bytes(self): return 4 * (self.xs_floats + self.ws_floats)
     @property
@@ -152,10 +158,11 @@ class Geometry:
 
     def spec(self, activation: int = 0) -> cc.KernelSpec:
         c = self.cfg
+        split = {"CF_MS": c.ms} if c.ms > 1 else {}      # ms 1: the same spec (and cache key) as before
         return cc.KernelSpec.of(SOURCE, CF_M=self.M, CF_C=self.C, CF_H=self.H, CF_W=self.W, CF_K=self.K,
                                 CF_TM=c.tm, CF_HT=c.ht, CF_WT=c.wt, CF_NT=c.nt, CF_BH=c.bh, CF_MINB=c.minb,
                                 CF_PUNROLL=c.pu, CF_POOL=self.pool, CF_ACT=activation, CF_PIPE=c.pipe,
-                                CF_XSMEM=int(self.xsmem), CF_WSMEM=int(self.wsmem))
+                                CF_XSMEM=int(self.xsmem), CF_WSMEM=int(self.wsmem), **split)
 
     def instructions_per_item(self) -> float:
         """A count of the issued instructions of one work item (the cost model behind the default config)."""
@@ -176,7 +183,7 @@ class Geometry:
         rounds = cc.cdiv(self.items, self.cfg.nt)
         idle = rounds * self.cfg.nt - self.items
         staging = (self.C * self.xr * cc.cdiv(self.pitch, 32) * 32 * (2 if self.cfg.pipe else 4) if self.xsmem else 0)
-        issued = self.nb * (self.items * per_item + 0.5 * idle * per_item + staging)
+        issued = self.nb * self.cfg.ms * (self.items * per_item + 0.5 * idle * per_item + staging)
         regs = min(255, self.registers_estimate())
         blocks = min(65536 // (regs * self.cfg.nt), smem_per_sm // max(1, self.smem_bytes + 1024), 32)
         warps = blocks * self.cfg.nt // 32
@@ -238,6 +245,8 @@ def valid_partial(cfg: RegTileConfig, M: int, pool: int, we: int) -> bool:
         return False
     if cfg.tm > max(M, 1) and cfg.tm > 4:
         return False
+    if cfg.ms < 1 or cc.cdiv(M, cfg.tm) % cfg.ms:
+        return False
     return True
 
 
@@ -278,6 +287,8 @@ def plan(M: int, C: int, H: int, W: int, K: int, pool: int = 1, config=None,
                              "accumulators per thread")
         if (cfg.bh and cfg.bh % cfg.ht) or (cfg.nt and (cfg.nt % 32 or cfg.nt > 1024)):
             raise ValueError(f"config {cfg}: bh must be a multiple of ht, nt a multiple of 32 up to 1024")
+        if cfg.ms < 1 or cc.cdiv(M, cfg.tm) % cfg.ms:
+            raise ValueError(f"config {cfg}: ms must divide the {cc.cdiv(M, cfg.tm)} map groups of tm={cfg.tm}")
         full = _complete(M, C, H, W, K, pool, cfg, smem_optin, smem_per_sm)
         if not full:
             raise ValueError(f"config {cfg} does not fit this layer's shared memory")
@@ -335,8 +346,9 @@ class RegTileLayer:
             y = torch.empty_like(y)  # 16-byte stores need an aligned buffer (torch allocations always are)
         if batch:
             units = batch * self.geom.nb
-            grid = min(units, self.sm_count * self.blocks_per_sm)
-            self.kernel((grid,), (self.geom.cfg.nt,), (cc.ptr(y), cc.ptr(x), cc.ptr(self.packed),
+            ms = self.geom.cfg.ms
+            grid = min(units, max(1, self.sm_count * self.blocks_per_sm // ms))
+            self.kernel((grid, ms), (self.geom.cfg.nt,), (cc.ptr(y), cc.ptr(x), cc.ptr(self.packed),
                                                        cc.ptr(self.bias), cc.i32(batch)),
                         shared_mem=self.geom.smem_bytes)
         return cc.finish(y, result)

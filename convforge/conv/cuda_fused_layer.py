@@ -25,6 +25,7 @@ their stores (fused floor = pooled-output bytes or FLOPs / the measured matmul r
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional
 
 import torch
@@ -39,6 +40,10 @@ unavailable_reason = cc.unavailable_reason
 prepare = gemm.prepare
 
 
+_DIRECT_FIELDS = {f.name for f in dataclasses.fields(direct.DirectConfig)}
+_SHARED_FIELDS = _DIRECT_FIELDS & {f.name for f in dataclasses.fields(gemm.RegTileConfig)}
+
+
 def design(C: int, config=None) -> tuple[str, Optional[object]]:
     """(kernel design, its launch config or None for that design's tuned/modelled default) for a layer of C
     input channels: ``direct`` for one channel, ``regtile`` otherwise, unless ``config`` names one."""
@@ -49,7 +54,10 @@ def design(C: int, config=None) -> tuple[str, Optional[object]]:
     if not isinstance(config, dict):
         return "regtile", config          # a RegTileConfig, as the sweeps pass it
     cfg = dict(config)
-    kind = cfg.pop("kernel", "regtile")
+    kind = cfg.pop("kernel", None)
+    if kind is None:   # a sweep row's config (a dataclass's fields, no design name): the fields say which
+        own = set(cfg) - _SHARED_FIELDS
+        kind = "direct" if own and own <= _DIRECT_FIELDS else "regtile"
     if kind not in DESIGNS:
         raise ValueError(f"kernel must be one of {DESIGNS}, got {kind!r}")
     return kind, cfg or None

@@ -28,7 +28,13 @@
 // output); only the pooled map is written (floor semantics: trailing rows and columns that fill no window
 // are never computed).
 //
-// Constants: CF_M CF_C CF_H CF_W CF_K (layer), CF_TM CF_HT CF_WT CF_NT CF_BH CF_MINB CF_PUNROLL
+// Map splits, CF_MS > 1 (small batches): the MG map groups are split over CF_MS blocks (blockIdx.y = s
+// takes groups s*MGS .. s*MGS+MGS-1, MGS = MG / CF_MS), so B images give CF_MS times the blocks (100 images
+// of one band each: 100 blocks on 132 SMs at CF_MS 1). A block stages only its groups' weights
+// ([c][p][q][local group][GS]) and its units hold MGS x RT x G items; the input band is staged by each of
+// the CF_MS blocks (read CF_MS times, from L2 after the first). CF_MS 1 is the kernel as before.
+//
+// Constants: CF_M CF_C CF_H CF_W CF_K (layer), CF_TM CF_HT CF_WT CF_NT CF_BH CF_MINB CF_PUNROLL CF_MS
 // (launch shape), CF_POOL CF_ACT (0 none, 1 tanh, 2 relu, 3 sigmoid), CF_XSMEM CF_WSMEM.
 
 #include "async_copy.cuh"
@@ -67,6 +73,9 @@
 #ifndef CF_PIPE
 #define CF_PIPE 2
 #endif
+#ifndef CF_MS
+#define CF_MS 1
+#endif
 
 namespace {
 
@@ -78,11 +87,14 @@ constexpr int HE = POOL == 1 ? HO : HP * POOL;                  // conv rows / c
 constexpr int WE = POOL == 1 ? WO : WP * POOL;
 constexpr int MG = (M + TM - 1) / TM;                            // map groups
 constexpr int GS = TM >= 4 ? (TM + 3) / 4 * 4 : TM;             // weights per group per tap (16-byte aligned)
-constexpr int MP = MG * GS;                                     // weights per tap
+constexpr int MP = MG * GS;                                     // weights per tap (packed array)
+constexpr int MS = CF_MS;                                       // map splits (blockIdx.y)
+constexpr int MGS = MG / MS;                                    // map groups per block
+constexpr int MPS = MGS * GS;                                   // weights per tap of one split
 constexpr int G = (WE + WT - 1) / WT;                           // column groups per row
 constexpr int NB = (HE + BH - 1) / BH;                          // row bands per image
 constexpr int RT = BH / HT;                                     // row tiles per band
-constexpr int ITEMS = MG * RT * G;                              // work items per unit
+constexpr int ITEMS = MGS * RT * G;                             // work items per unit
 constexpr int XW = WT + K - 1;                                  // input values per row segment
 constexpr bool XVEC = (WT % 4 == 0) && CF_XSMEM;                // 16-byte input loads
 constexpr int XWL = XVEC ? (XW + 3) / 4 * 4 : XW;
@@ -92,7 +104,8 @@ constexpr int XR = BH + K - 1;                                  // staged input 
 constexpr int PIPE = CF_XSMEM ? CF_PIPE : 0;                   // 0 plain copy, 1 cp.async, 2 + double buffer
 constexpr int XS_ONE = CF_XSMEM ? (C * XR * PITCH + 3) / 4 * 4 : 0;   // floats of one staged band
 constexpr int XS_FLOATS = (PIPE == 2 ? 2 : 1) * XS_ONE;
-constexpr int WS_FLOATS = CF_WSMEM ? C * K * K * MP : 0;
+constexpr int WS_FLOATS = CF_WSMEM ? C * K * K * MPS : 0;
+constexpr int WSTRIDE = CF_WSMEM ? MPS : MP;                     // weights per tap where they are read
 constexpr int NWARPS = NT / 32;
 constexpr bool VEC_OUT = POOL == 1 && WT % 4 == 0 && WO % 4 == 0;   // 16-byte stores (host keeps y 16-byte aligned)
 constexpr bool VEC2_OUT = POOL == 1 && !VEC_OUT && WT % 2 == 0 && WO % 2 == 0;   // else 8-byte stores
@@ -103,6 +116,7 @@ static_assert(BH % HT == 0, "CF_BH must be a multiple of CF_HT");
 static_assert(HT % POOL == 0 && WT % POOL == 0, "a thread tile must cover whole pooling windows");
 static_assert(HE >= 1 && WE >= 1, "empty output");
 static_assert(PIPE >= 0 && PIPE <= 2, "CF_PIPE is 0, 1 or 2");
+static_assert(MS >= 1 && MG % MS == 0, "CF_MS must divide the map groups");
 
 // Issue the copies of unit u's band (all C channels, XR rows, PITCH columns, zero padded) into dst.
 __device__ __forceinline__ void stage_async(float* dst, const float* __restrict__ x, long long u, int lane, int warp)
@@ -156,11 +170,19 @@ conv_regtile(float* __restrict__ y, const float* __restrict__ x, const float* __
     const int lane = tid & 31, warp = tid >> 5;
 
     require_dynamic_smem(4u * (XS_FLOATS + WS_FLOATS));
+    const int g0 = MS > 1 ? (int)blockIdx.y * MGS : 0;          // this block's first map group
     if constexpr (CF_WSMEM) {
-        for (int i = tid; i < WS_FLOATS; i += NT) ws[i] = __ldg(wt + i);
+        if constexpr (MS == 1) {
+            for (int i = tid; i < WS_FLOATS; i += NT) ws[i] = __ldg(wt + i);
+        } else {
+            for (int i = tid; i < WS_FLOATS; i += NT) {
+                const int tap = i / MPS;
+                ws[i] = __ldg(wt + tap * MP + g0 * GS + (i - tap * MPS));
+            }
+        }
         __syncthreads();
     }
-    const float* const wsrc = CF_WSMEM ? ws : wt;
+    const float* const wsrc = CF_WSMEM ? ws : wt + g0 * GS;
 
     const long long units = (long long)B * NB;
     if constexpr (PIPE == 2) {                                  // prefetch the first unit's band
@@ -201,8 +223,9 @@ conv_regtile(float* __restrict__ y, const float* __restrict__ x, const float* __
         }
 
         for (int item = tid; item < ITEMS; item += NT) {
-            const int g = item / (RT * G);
-            const int rem = item - g * (RT * G);
+            const int gl = item / (RT * G);                     // map group within this split
+            const int g = g0 + gl;
+            const int rem = item - gl * (RT * G);
             const int rt = rem / G, cg = rem - rt * G;
             const int lr0 = rt * HT, ow0 = cg * WT, oh0 = row0 + lr0;
 
@@ -217,7 +240,7 @@ conv_regtile(float* __restrict__ y, const float* __restrict__ x, const float* __
                     for (int j = 0; j < WT; ++j) acc[r][j][t] = bm;
             }
 
-            const float* wp = wsrc + g * GS;
+            const float* wp = wsrc + gl * GS;
 #pragma unroll 1
             for (int c = 0; c < C; ++c) {
 #pragma unroll PUNROLL
@@ -251,7 +274,7 @@ conv_regtile(float* __restrict__ y, const float* __restrict__ x, const float* __
 #pragma unroll
                     for (int q = 0; q < K; ++q) {
                         float wv[TM];
-                        load_weights(wv, wp + (p * K + q) * MP);
+                        load_weights(wv, wp + (p * K + q) * WSTRIDE);
 #pragma unroll
                         for (int r = 0; r < HT; ++r)
 #pragma unroll
@@ -261,7 +284,7 @@ conv_regtile(float* __restrict__ y, const float* __restrict__ x, const float* __
                                     acc[r][j][t] = fmaf(wv[t], xv[r][j + q], acc[r][j][t]);
                     }
                 }
-                wp += K * K * MP;
+                wp += K * K * WSTRIDE;
             }
 
             // ---- epilogue ---- (one 64-bit base per item; maps and rows are compile-time offsets from it)
