@@ -256,15 +256,16 @@ def test_gpu_dense_tiles_kernel_matches_float64(monkeypatch, bias):
     b = torch.randn(45, generator=gen) if bias else None
     with cuda_emulate.emulated(sm_count=2):
         assert gpu_dense.tiles_slices(70, 45, 1028, 2) == (4, 272)   # the last slice 212 columns: 13 slabs + 4
+        assert gpu_dense.tiles_slices(70, 45, 1028, 2, "tiles-fine") == (8, 144)   # the last: one slab + 4
         dense = gpu_dense.GpuDense(weight, b, median_seconds)
         assert [dense.serves("tiles", rows) for rows in (16, 17, 2048, 2049)] == [False, True, True, False]
-        for rows in (19, 70):
+        for rows, variant in ((19, "tiles"), (70, "tiles"), (70, "tiles-fine")):
             x = torch.rand(rows, 1028, generator=gen) * 4 - 2
             ref = torch.nn.functional.linear(x.double(), weight.double(), b.double() if bias else None)
             for view in (x, x.t().contiguous().t()):
-                out = dense.run("tiles", view)
+                out = dense.run(variant, view)
                 assert out.shape == ref.shape and not out.isnan().any()
-                assert ((out.double() - ref).norm() / ref.norm()).item() <= 1e-5, rows
+                assert ((out.double() - ref).norm() / ref.norm()).item() <= 1e-5, (rows, variant)
         relu = gpu_dense.GpuDense(weight, b, median_seconds, "relu")
         out = relu.run("tiles", x)
         assert ((out.double() - torch.relu(ref)).norm() / torch.relu(ref).norm()).item() <= 1e-5
@@ -293,7 +294,7 @@ def test_gpu_dense_gemv_kernel_on_the_gpu(monkeypatch):
             assert not out.isnan().any()
             assert ((out.double() - ref).norm() / ref.norm()).item() <= 1e-5, (outputs, depth, rows)
             assert torch.equal(out, dense.run("gemv", x))
-            for variant in ("gemv4", "gemv8", "tiles"):
+            for variant in ("gemv4", "gemv8", "tiles", "tiles-fine"):
                 if dense.serves(variant, rows):
                     out = dense.run(variant, x)
                     assert ((out.double() - ref).norm() / ref.norm()).item() <= 1e-5, (variant, outputs, rows)

@@ -27,7 +27,8 @@ def main():
     print(torch.cuda.get_device_name(), torch.__version__, torch.version.cuda, flush=True)
     gen = torch.Generator(device="cuda").manual_seed(26)
     scratch, rows_out = gpu_dense.scratch, []
-    default = (gpu_dense.TILES_PER_SM, gpu_dense.TILES_MIN_SLICE)
+    default = (gpu_dense.TILES_PER_SM, gpu_dense.TILES_MIN_SLICE["tiles"])
+    min_slices = dict(gpu_dense.TILES_MIN_SLICE)
     spec = gpu_dense.TILES_SPEC
     for name, (outputs, depth) in SHAPES.items():
         weight = torch.randn(outputs, depth, device="cuda", generator=gen) / depth ** 0.5
@@ -37,12 +38,13 @@ def main():
             x = torch.rand(rows, depth, device="cuda", generator=gen) * 4
             ref = torch.tanh(torch.nn.functional.linear(x.double(), weight.double(), bias.double()))
             inputs = rotated_inputs(x)
-            forms = [(v, None) for v in dense.variants if dense.serves(v, rows) and v != "tiles"]
+            forms = [(v, None) for v in dense.variants if dense.serves(v, rows) and not v.startswith("tiles")]
             if dense.serves("tiles", rows):
-                forms += [("tiles", s) for s in SETTINGS]
+                forms += [("tiles", s) for s in SETTINGS]   # tiles-fine: the (16, 128) row
             times = {}
             for variant, setting in forms:
-                gpu_dense.TILES_PER_SM, gpu_dense.TILES_MIN_SLICE = (setting or default)[:2]
+                gpu_dense.TILES_PER_SM, min_slice = (setting or default)[:2]
+                gpu_dense.TILES_MIN_SLICE = dict(min_slices, tiles=min_slice)   # "tiles" with this setting
                 gpu_dense.TILES_SPEC = (spec if not setting or len(setting) == 2 else
                                         gpu_dense.cc.KernelSpec.of("dense_tiles.cu", TILES_MIN_BLOCKS=setting[2]))
                 gpu_dense.scratch = lambda shape, device: torch.full(shape, float("nan"), device=device)
@@ -56,7 +58,7 @@ def main():
                 slices = (gpu_dense.tiles_slices(rows, outputs, depth, torch.cuda.get_device_properties(0)
                                                   .multi_processor_count) if setting else None)
                 times[label] = {"us": statistics.median(seconds.tolist()) * 1e6, "rel_error": err, "slices": slices}
-            gpu_dense.TILES_PER_SM, gpu_dense.TILES_MIN_SLICE = default
+            gpu_dense.TILES_PER_SM, gpu_dense.TILES_MIN_SLICE = default[0], min_slices
             gpu_dense.TILES_SPEC = spec
             best = min(times, key=lambda k: times[k]["us"])
             rows_out.append({"layer": name, "rows": rows, "outputs": outputs, "depth": depth, "forms": times})
