@@ -23,26 +23,32 @@ GEMV_MAX_ROWS = 128       # beyond, the weights' re-reads (one per group of 16 r
 GEMV_SLICE = 512          # CF_KS: reduction columns per block
 GEMV_OUTPUTS = 32         # CF_WARPS * CF_OUTS: outputs per block
 TILES_ROWS = (17, 2048)   # the rows ``tiles`` serves: from where gemv needs two groups to where cuBLAS's own tiles fill the GPU
-TILE_M, TILE_N, TILE_K = 64, 32, 16   # dense_tiles.cu's block tile and reduction slab
+TILE_N, TILE_K = 32, 16   # dense_tiles.cu's outputs a block and reduction slab (its rows: TILES below)
 SUM_OUTPUTS, SUM_GROUPS = 32, 8        # dense_gemv_sum's block: outputs x groups of slices
 TILES_PER_SM = 16         # split-K: slices enough for about this many blocks per SM ...
-# ... but none shorter than this many columns (each pays its pipeline's fill and a partial sum): per form, as
-# neither won everywhere (100 rows on an H200: fa18 34.9 against 37.5 us, sp18 28.7 against 25.0)
-TILES_MIN_SLICE = {"tiles": 256, "tiles-fine": 128}
-TILES_THREADS = 128           # dense_tiles.cu THREADS
-TILES_SPEC = cc.KernelSpec.of("dense_tiles.cu")
+# ... per form: (rows a block, TILE_M; no slice shorter than this many columns, as each pays its pipeline's fill
+# and a partial sum). No one setting won everywhere (100 rows on an H200: fa18 34.9 us at 256 against 37.5 at
+# 128, sp18 28.7 against 25.0).
+TILES = {"tiles": (64, 256), "tiles-fine": (64, 128), "tiles-tall": (128, 256)}
+TILES_THREADS = 128       # dense_tiles.cu THREADS
+
+
+def tiles_spec(rows_per_block: int) -> cc.KernelSpec:
+    return cc.KernelSpec.of("dense_tiles.cu", TILE_M=rows_per_block)
 
 
 def kernel_specs() -> list[cc.KernelSpec]:
-    """Every compiled form of dense_gemv.cu (one per row count), then dense_tiles.cu."""
-    return [cc.KernelSpec.of("dense_gemv.cu", CF_ROWS=rows) for rows in GEMV_ROWS] + [TILES_SPEC]
+    """Every compiled form of dense_gemv.cu (one per row count), then of dense_tiles.cu (one per block height)."""
+    return ([cc.KernelSpec.of("dense_gemv.cu", CF_ROWS=rows) for rows in GEMV_ROWS]
+            + [tiles_spec(m) for m in sorted({m for m, _ in TILES.values()})])
 
 
 def tiles_slices(rows: int, outputs: int, depth: int, sm_count: int, variant: str = "tiles") -> tuple[int, int]:
-    """(slices, slice length) of the reduction for ``variant`` (tiles, tiles-fine): the length a multiple of
+    """(slices, slice length) of the reduction for ``variant`` (a key of TILES): the length a multiple of
     TILE_K, every slice non-empty."""
-    tiles = cc.cdiv(rows, TILE_M) * cc.cdiv(outputs, TILE_N)
-    wanted = max(1, min(TILES_PER_SM * sm_count // tiles, depth // TILES_MIN_SLICE[variant]))
+    rows_per_block, min_slice = TILES[variant]
+    tiles = cc.cdiv(rows, rows_per_block) * cc.cdiv(outputs, TILE_N)
+    wanted = max(1, min(TILES_PER_SM * sm_count // tiles, depth // min_slice))
     length = cc.cdiv(cc.cdiv(depth, wanted), TILE_K) * TILE_K
     return cc.cdiv(depth, length), length
 
@@ -70,15 +76,16 @@ class GpuDense:
       with the rows in one group of up to 16 per block; ``gemv4`` / ``gemv8`` in groups of 4 / 8 (each group
       reads the weights again, mostly from L2: at 10 rows groups of 4 took fa18's first dense layer from 16.1 to
       13.5 us on an H200, benchmarks/2026-11-26-h200-small-batch-fa18-fa19);
-    - ``tiles`` / ``tiles-fine``: dense_tiles.cu for TILES_ROWS, under the same conditions as gemv, its slices
-      (of at least 256 / 128 columns) summed by gemv's sum kernel.
+    - ``tiles`` / ``tiles-fine`` / ``tiles-tall``: dense_tiles.cu for TILES_ROWS, under the same conditions as
+      gemv, in blocks of 64 / 64 / 128 rows over slices of at least 256 / 128 / 256 columns, summed by gemv's
+      sum kernel.
     (benchmarks/2026-11-26-h100-h200-whole-network-floors/small_dense.txt)
     ``activation`` (None, tanh, relu, sigmoid) is applied to the output: inside gemv's sum kernel, in place after
     the cuBLAS forms."""
 
     VARIANTS = ("linear", "transposed", "output-major", "split-k", "gemv", "gemv4", "gemv8", "tiles",
-                "tiles-fine")
-    OWN_KERNELS = ("gemv", "gemv4", "gemv8", "tiles", "tiles-fine")   # this project's kernels: the conditions of has_gemv
+                "tiles-fine", "tiles-tall")
+    OWN_KERNELS = ("gemv", "gemv4", "gemv8", *TILES)   # this project's kernels: the conditions of has_gemv
     GEMV_GROUPS = {"gemv": None, "gemv4": 4, "gemv8": 8}   # None: the smallest compiled group that holds the rows
     SPLITS = (16, 12, 8)     # the first that divides K into parts of at least MIN_SPLIT_DEPTH
     MIN_SPLIT_DEPTH = 256
@@ -108,7 +115,7 @@ class GpuDense:
         the rows need more than one group (else they are plain ``gemv``), tiles for TILES_ROWS."""
         if variant not in self.variants:
             return False
-        if variant in TILES_MIN_SLICE:
+        if variant in TILES:
             return TILES_ROWS[0] <= rows <= TILES_ROWS[1]
         if variant not in self.GEMV_GROUPS:
             return True
@@ -122,11 +129,12 @@ class GpuDense:
             x = x.contiguous() if not x.is_contiguous() else x.clone()
         outputs = self.weight.shape[0]
         args = (cc.ptr(x), cc.ptr(self.weight))
-        if variant in TILES_MIN_SLICE:
+        if variant in TILES:
             slices, length = tiles_slices(rows, outputs, depth, cc.device_info(x.device).sm_count, variant)
             part = scratch((slices, rows, outputs), x.device)
-            cc.kernel(TILES_SPEC, "dense_tiles_part", x.device)(
-                (cc.cdiv(outputs, TILE_N), slices, cc.cdiv(rows, TILE_M)), (TILES_THREADS,),
+            rows_per_block = TILES[variant][0]
+            cc.kernel(tiles_spec(rows_per_block), "dense_tiles_part", x.device)(
+                (cc.cdiv(outputs, TILE_N), slices, cc.cdiv(rows, rows_per_block)), (TILES_THREADS,),
                 (*args, cc.ptr(part), cc.i32(rows), cc.i32(depth), cc.i32(outputs), cc.i32(length)))
             spec = kernel_specs()[0]
         else:

@@ -84,7 +84,7 @@ def _specs() -> list[tuple[str, cc.KernelSpec]]:
     # the GPU engine's small-batch dense kernel, every row count it is compiled for
     from convforge import gpu_dense
     for spec in gpu_dense.kernel_specs():
-        specs.setdefault(spec, f"gpu_dense gemv {dict(spec.constants)}")
+        specs.setdefault(spec, f"gpu_dense {spec.source} {dict(spec.constants)}")
     return [(label, spec) for spec, label in specs.items()]
 
 

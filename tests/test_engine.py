@@ -259,7 +259,8 @@ def test_gpu_dense_tiles_kernel_matches_float64(monkeypatch, bias):
         assert gpu_dense.tiles_slices(70, 45, 1028, 2, "tiles-fine") == (8, 144)   # the last: one slab + 4
         dense = gpu_dense.GpuDense(weight, b, median_seconds)
         assert [dense.serves("tiles", rows) for rows in (16, 17, 2048, 2049)] == [False, True, True, False]
-        for rows, variant in ((19, "tiles"), (70, "tiles"), (70, "tiles-fine")):
+        assert gpu_dense.tiles_slices(70, 45, 1028, 2, "tiles-tall") == (4, 272)   # one partial block of 128 rows
+        for rows, variant in ((19, "tiles"), (70, "tiles"), (70, "tiles-fine"), (70, "tiles-tall")):
             x = torch.rand(rows, 1028, generator=gen) * 4 - 2
             ref = torch.nn.functional.linear(x.double(), weight.double(), b.double() if bias else None)
             for view in (x, x.t().contiguous().t()):
@@ -294,15 +295,16 @@ def test_gpu_dense_gemv_kernel_on_the_gpu(monkeypatch):
             assert not out.isnan().any()
             assert ((out.double() - ref).norm() / ref.norm()).item() <= 1e-5, (outputs, depth, rows)
             assert torch.equal(out, dense.run("gemv", x))
-            for variant in ("gemv4", "gemv8", "tiles", "tiles-fine"):
+            for variant in ("gemv4", "gemv8", "tiles", "tiles-fine", "tiles-tall"):
                 if dense.serves(variant, rows):
                     out = dense.run(variant, x)
                     assert ((out.double() - ref).norm() / ref.norm()).item() <= 1e-5, (variant, outputs, rows)
         x = torch.rand(1000, depth, device="cuda", generator=gen) * 255   # tiles beyond gemv's rows
         ref = torch.nn.functional.linear(x.double(), weight.double(), b.double())
-        out = dense.run("tiles", x)
-        assert ((out.double() - ref).norm() / ref.norm()).item() <= 1e-5, ("tiles", outputs, 1000)
-        assert torch.equal(out, dense.run("tiles", x))
+        for variant in ("tiles", "tiles-tall"):
+            out = dense.run(variant, x)
+            assert ((out.double() - ref).norm() / ref.norm()).item() <= 1e-5, (variant, outputs, 1000)
+            assert torch.equal(out, dense.run(variant, x))
         fused = gpu_dense.GpuDense(weight, b, median_seconds, "tanh")
         x = torch.rand(10, depth, device="cuda", generator=gen) * 255
         ref = torch.tanh(torch.nn.functional.linear(x.double(), weight.double(), b.double()))

@@ -16,7 +16,7 @@ from convforge.harness.timing import rotated_inputs, time_calls
 torch.backends.cuda.matmul.allow_tf32 = False
 SHAPES = {"fa17 fc1": (500, 7200), "sp18 fc1": (140, 10816), "sp19 fc1": (140, 5184), "fa18 fc1": (160, 17496),
           "fa19 fc1": (160, 20184), "fa20 fc1": (32, 1024), "fa17 fc2": (10, 500)}
-SETTINGS = [(8, 256), (16, 128), (16, 256), (32, 128), (16, 256, 1)]   # (TILES_PER_SM, TILES_MIN_SLICE[, TILES_MIN_BLOCKS])
+SETTINGS = [(8, 256), (16, 128), (16, 256), (32, 128)]   # "tiles" at (TILES_PER_SM, min slice) beside the forms
 
 
 def main():
@@ -27,9 +27,7 @@ def main():
     print(torch.cuda.get_device_name(), torch.__version__, torch.version.cuda, flush=True)
     gen = torch.Generator(device="cuda").manual_seed(26)
     scratch, rows_out = gpu_dense.scratch, []
-    default = (gpu_dense.TILES_PER_SM, gpu_dense.TILES_MIN_SLICE["tiles"])
-    min_slices = dict(gpu_dense.TILES_MIN_SLICE)
-    spec = gpu_dense.TILES_SPEC
+    per_sm, tiles = gpu_dense.TILES_PER_SM, dict(gpu_dense.TILES)
     for name, (outputs, depth) in SHAPES.items():
         weight = torch.randn(outputs, depth, device="cuda", generator=gen) / depth ** 0.5
         bias = torch.randn(outputs, device="cuda", generator=gen)
@@ -38,28 +36,25 @@ def main():
             x = torch.rand(rows, depth, device="cuda", generator=gen) * 4
             ref = torch.tanh(torch.nn.functional.linear(x.double(), weight.double(), bias.double()))
             inputs = rotated_inputs(x)
-            forms = [(v, None) for v in dense.variants if dense.serves(v, rows) and not v.startswith("tiles")]
+            forms = [(v, None) for v in dense.variants if dense.serves(v, rows)]
             if dense.serves("tiles", rows):
-                forms += [("tiles", s) for s in SETTINGS]   # tiles-fine: the (16, 128) row
+                forms += [("tiles", s) for s in SETTINGS]
             times = {}
             for variant, setting in forms:
-                gpu_dense.TILES_PER_SM, min_slice = (setting or default)[:2]
-                gpu_dense.TILES_MIN_SLICE = dict(min_slices, tiles=min_slice)   # "tiles" with this setting
-                gpu_dense.TILES_SPEC = (spec if not setting or len(setting) == 2 else
-                                        gpu_dense.cc.KernelSpec.of("dense_tiles.cu", TILES_MIN_BLOCKS=setting[2]))
+                if setting:
+                    gpu_dense.TILES_PER_SM, gpu_dense.TILES["tiles"] = setting[0], (64, setting[1])
                 gpu_dense.scratch = lambda shape, device: torch.full(shape, float("nan"), device=device)
                 out = dense.run(variant, x)
                 gpu_dense.scratch = scratch
                 err = ((out.double() - ref).norm() / ref.norm()).item()
                 assert err <= 1e-5 and not out.isnan().any(), (name, rows, variant, setting, err)
                 seconds = time_calls(lambda t: dense.run(variant, t), inputs, "cuda", repeat=30)
-                label = variant if setting is None else f"tiles {setting[0]}/SM min {setting[1]}" + (
-                    f" minb {setting[2]}" if len(setting) > 2 else "")
+                label = variant if setting is None else f"tiles {setting[0]}/SM min {setting[1]}"
                 slices = (gpu_dense.tiles_slices(rows, outputs, depth, torch.cuda.get_device_properties(0)
-                                                  .multi_processor_count) if setting else None)
+                                                  .multi_processor_count, variant)
+                          if variant in gpu_dense.TILES else None)
                 times[label] = {"us": statistics.median(seconds.tolist()) * 1e6, "rel_error": err, "slices": slices}
-            gpu_dense.TILES_PER_SM, gpu_dense.TILES_MIN_SLICE = default[0], min_slices
-            gpu_dense.TILES_SPEC = spec
+                gpu_dense.TILES_PER_SM, gpu_dense.TILES = per_sm, dict(tiles)
             best = min(times, key=lambda k: times[k]["us"])
             rows_out.append({"layer": name, "rows": rows, "outputs": outputs, "depth": depth, "forms": times})
             print(f"{name:9s} {rows:5d} rows  best {best} {times[best]['us']:.1f} us  | "

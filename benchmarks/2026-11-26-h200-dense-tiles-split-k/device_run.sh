@@ -11,7 +11,7 @@ BEFORE=linear,transposed,output-major,split-k,gemv,gemv4,gemv8
 { timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_cuda_sources.py -k "dense" -m "slow or not slow" 2>&1 | tail -3
   timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_engine.py tests/test_whole.py -m gpu 2>&1 | tail -4; } | tee "$OUT/gpu_tests.txt"
 timeout 150 python3 $D/dense_probe.py --out "$OUT/probe.json" 2>&1 | grep -v Warn | tee "$OUT/probe.txt"
-timeout 150 python3 scripts/whole_dense_ab.py --batch 10 100 1000 --before $BEFORE --after $BEFORE,tiles,tiles-fine \
+timeout 150 python3 scripts/whole_dense_ab.py --batch 10 100 1000 --before $BEFORE --after $BEFORE,tiles,tiles-fine,tiles-tall \
   --out "$OUT/ab.json" 2>&1 | grep -v Warn | tee "$OUT/ab.txt"
 timeout 170 python3 benchmarks/2026-11-26-h100-small-batch-conv-configs/ab_small_batch.py convforge/tuning/cuda-auto.json \
   "$OUT/goals.json" fa18 fa19 sp18 sp19 fa17-high fa20 2>&1 | grep -v Warn | tee "$OUT/goals.txt"

@@ -5,23 +5,26 @@
 // the weights once per group of 16 rows. Here block (bn, s, bm) computes a TILE_M x TILE_N tile of the output
 // over the s-th slice of the reduction (the host picks slices so the grid fills the GPU several times over).
 // x's and W's TILE_K-column slabs are copied to shared memory as they lie (rows of TILE_K floats, padded to
-// 20) by cp.async, STAGES - 1 slabs in flight while one is used: the first version staged one slab through
-// registers, transposed, and ran at ~30 % of the FMA peak, waiting on memory (a k-major slab of 32 columns
-// needed more registers and was slower). Thread (tm, tn) owns rows tm + 16 i and outputs tn + 8 j
-// (i, j < 4): per 4 columns it reads 4 + 4 16-byte vectors of shared memory into 64 fused multiply-adds, and
-// the strided ownership puts a warp's 4 row vectors and 8 weight vectors in distinct banks (row stride 5
-// vectors). The partial sums go to part[s][row][n]; dense_gemv.cu's dense_gemv_sum adds the slices in a fixed
+// 20) by cp.async, STAGES - 1 slabs in flight while one is used (the first version staged one slab through
+// registers, transposed: fa18's layer at 100 rows 37.7 against 35.2 us on an H200, sums included; k-major slabs
+// of 32 columns needed more registers and were slower). Thread (tm, tn) owns rows tm + 16 i (i < THREAD_M) and
+// outputs tn + 8 j (j < 4): per 4 columns it reads THREAD_M + 4 16-byte vectors of shared memory into
+// 16 THREAD_M fused multiply-adds, and the strided ownership puts a warp's 4 row vectors and 8 weight vectors
+// in distinct banks (row stride 5 vectors). The partial sums go to part[s][row][n]; dense_gemv.cu's dense_gemv_sum adds the slices in a fixed
 // order, with the bias and activation: deterministic, as gemv's. Each sum is a chain of fmaf over its slice's
 // columns in order. Needs K % 4 == 0 and 16-byte aligned x and W (the caller checks); any M, N.
 #include "async_copy.cuh"
 
-#define TILE_M 64
+#ifndef TILE_M
+#define TILE_M 64         // 64 or 128 rows a block (128: 8 rows a thread, fewer loads per FMA)
+#endif
+#define THREAD_M (TILE_M / 16)
 #define TILE_N 32
 #define TILE_K 16
-#define STAGES 4
+#define STAGES (TILE_M == 64 ? 4 : 3)   // 128 rows: 4 stages would pass the 48 KB of static shared memory
 #define THREADS 128
-#ifndef TILES_MIN_BLOCKS
-#define TILES_MIN_BLOCKS 6   // blocks an SM holds: caps the registers at 80 (96 unbounded: 5 blocks); 8 spills
+#ifndef TILES_MIN_BLOCKS   // blocks an SM holds, as shared memory allows: caps the registers
+#define TILES_MIN_BLOCKS (TILE_M == 64 ? 6 : 4)   // 64 rows: 80 (96 unbounded: 5 blocks; 8 blocks spill); 128: 128
 #endif
 #define ROW 20            // floats per staged row: TILE_K + 4 (a stride of 5 vectors spreads rows over the banks)
 #define STAGE_FLOATS ((TILE_M + TILE_N) * ROW)
@@ -52,9 +55,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, TILES_MIN_BLOCKS) dense_ti
         }
     };
     const int tn = tid % 8, tm = tid / 8;
-    float acc[4][4];
+    float acc[THREAD_M][4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < THREAD_M; ++i)
 #pragma unroll
         for (int j = 0; j < 4; ++j) acc[i][j] = 0.f;
 
@@ -72,26 +75,26 @@ extern "C" __global__ void __launch_bounds__(THREADS, TILES_MIN_BLOCKS) dense_ti
         const float* ws = xs + TILE_M * ROW;
 #pragma unroll
         for (int q = 0; q < TILE_K / 4; ++q) {
-            float4 a[4], b[4];
-#pragma unroll
-            for (int i = 0; i < 4; ++i) a[i] = *reinterpret_cast<const float4*>(xs + (tm + 16 * i) * ROW + q * 4);
+            float4 b[4];
 #pragma unroll
             for (int j = 0; j < 4; ++j) b[j] = *reinterpret_cast<const float4*>(ws + (tn + 8 * j) * ROW + q * 4);
 #pragma unroll
-            for (int i = 0; i < 4; ++i)
+            for (int i = 0; i < THREAD_M; ++i) {
+                const float4 a = *reinterpret_cast<const float4*>(xs + (tm + 16 * i) * ROW + q * 4);
 #pragma unroll
                 for (int j = 0; j < 4; ++j) {
                     float v = acc[i][j];
-                    v = fmaf(a[i].x, b[j].x, v);
-                    v = fmaf(a[i].y, b[j].y, v);
-                    v = fmaf(a[i].z, b[j].z, v);
-                    acc[i][j] = fmaf(a[i].w, b[j].w, v);
+                    v = fmaf(a.x, b[j].x, v);
+                    v = fmaf(a.y, b[j].y, v);
+                    v = fmaf(a.z, b[j].z, v);
+                    acc[i][j] = fmaf(a.w, b[j].w, v);
                 }
+            }
         }
     }
     copy_wait<0>();   // no copy outlives the block (the trailing groups are empty)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < THREAD_M; ++i) {
         const int m = m0 + tm + 16 * i;
         if (m >= M) break;
 #pragma unroll
