@@ -10,9 +10,10 @@
 // of 32 columns needed more registers and were slower). Thread (tm, tn) owns rows tm + 16 i (i < THREAD_M) and
 // outputs tn + 8 j (j < 4): per 4 columns it reads THREAD_M + 4 16-byte vectors of shared memory into
 // 16 THREAD_M fused multiply-adds, and the strided ownership puts a warp's 4 row vectors and 8 weight vectors
-// in distinct banks (row stride 5 vectors). The partial sums go to part[s][row][n]; dense_gemv.cu's dense_gemv_sum adds the slices in a fixed
-// order, with the bias and activation: deterministic, as gemv's. Each sum is a chain of fmaf over its slice's
-// columns in order. Needs K % 4 == 0 and 16-byte aligned x and W (the caller checks); any M, N.
+// in distinct banks (row stride 5 vectors). The partial sums go to part[s][row][n]; dense_gemv.cu's
+// dense_gemv_sum adds the slices in a fixed order, with the bias and activation: deterministic, as gemv's. Each
+// sum is a chain of fmaf over its slice's columns in order. Needs K % 4 == 0 and 16-byte aligned x and W (the
+// caller checks); any M, N.
 #include "async_copy.cuh"
 
 #ifndef TILE_M
