@@ -375,6 +375,31 @@ def test_parallel_lane_layouts(cpu_tiles, case, layout):
         torch.set_num_threads(saved)
 
 
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "band"])
+@pytest.mark.parametrize("config", [(4, 6), (3, 5), (4, 1)], ids=lambda c: "MB{}-TW{}".format(*c))
+def test_unpooled_tiles_into_lanes(cpu_tiles, config, direct):
+    """The unpooled layer writing y's lane layout from its tiles (DIRECT_STORES) or through the band, with map
+    blocks that pad the maps (7 maps in blocks of 4 or 3: a last block stores only its real maps) and rows with
+    remainder tiles (Wo % TW): against float64, the buffer NaN-poisoned, and the groups after the output's
+    still NaN (no write past it)."""
+    from convforge.conv import cpu_parallel
+    maps, channels, height, width, kernel = 7, 3, 12, 15, 3
+    x, w, b = random_case((37, channels, height, width), (maps, channels, kernel, kernel),
+                          seed=zlib.crc32(repr((config, direct)).encode()), bias=True)
+    saved = cpu_parallel.DIRECT_STORES
+    cpu_parallel.DIRECT_STORES = direct
+    try:
+        fn = cpu_parallel.prepare_lanes(w, b, True, True, config=config)
+    finally:
+        cpu_parallel.DIRECT_STORES = saved
+    ref = conv2d_float64(x.numpy(), w.numpy(), b.numpy())
+    buffer = torch.full(cpu_parallel.lane_shape(37 + 32, (maps, height - kernel + 1, width - kernel + 1)), float("nan"))
+    out = fn(_to_lanes(x), buffer[:3], 37)
+    err = relative_error(_from_lanes(out, 37).numpy(), ref)
+    assert err <= TOLERANCE, f"{config} direct={direct}: {err:.2e}"
+    assert torch.isnan(buffer[3:]).all()
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_dense_layer_reads_lane_layout(threads):
     """cpu_dense with ``lanes``: the inputs in cpu-parallel's lane layout (groups, K, 16), read in place (no pack),
