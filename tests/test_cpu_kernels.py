@@ -375,6 +375,42 @@ def test_parallel_lane_layouts(cpu_tiles, case, layout):
         torch.set_num_threads(saved)
 
 
+@pytest.mark.parametrize("case", [(6, 1, 64, 64, 5, "tanh", 2), (7, 3, 13, 9, 3, "sigmoid", 2), (5, 2, 7, 11, 1, None, 0),
+                                  (4, 1, 3, 3, 1, None, 0)], ids=lambda c: "M{}-C{}-{}x{}-K{}-{}-pool{}".format(*c))
+def test_parallel_lanes_from_uint8(cpu_tiles, case):
+    """The engine's first layer reads its raw uint8 images (converted in the input transposes; a plane of fewer
+    than 16 pixels by the scalar repack): batches of 37, 16 and 5 into a reused NaN-poisoned lane-layout
+    buffer, 1 and 2 threads, against float64 of the images as floats."""
+    import torch.nn.functional as F
+    from convforge.conv import cpu_parallel
+    from convforge.models import ACTIVATIONS
+    maps, channels, height, width, kernel, activation, pool = case
+    _, w, b = random_case((1, channels, height, width), (maps, channels, kernel, kernel),
+                          seed=zlib.crc32(repr(("uint8", case)).encode()), bias=True)
+    if pool:
+        fn = cpu_parallel.prepare_fused(w, b, activation, pool, lanes_out=True)
+    else:
+        fn = cpu_parallel.prepare_lanes(w, b, False, True)
+    ho, wo = height - kernel + 1, width - kernel + 1
+    per_image = (maps, ho // pool, wo // pool) if pool else (maps, ho, wo)
+    buffer = torch.full(cpu_parallel.lane_shape(37, per_image), float("nan"))
+    g = torch.Generator().manual_seed(7)
+    saved = torch.get_num_threads()
+    try:
+        for rows, threads in ((37, 2), (16, 1), (5, 2)):
+            torch.set_num_threads(threads)
+            xb = torch.randint(0, 256, (rows, channels, height, width), generator=g, dtype=torch.uint8)
+            ref = torch.from_numpy(conv2d_float64(xb.double().numpy(), w.numpy(), b.numpy()))
+            ref = F.max_pool2d(ACTIVATIONS[activation](ref) if activation else ref, pool, pool) if pool else ref
+            buffer.fill_(float("nan"))
+            out = fn(xb, buffer[:-(-rows // 16)], rows)
+            got = _from_lanes(out, rows)
+            err = relative_error(got.numpy(), ref.numpy())
+            assert err <= TOLERANCE, f"{case} B={rows}: {err:.2e}; {describe_mismatch(got.numpy(), ref.numpy())}"
+    finally:
+        torch.set_num_threads(saved)
+
+
 @pytest.mark.parametrize("direct", [True, False], ids=["direct", "band"])
 @pytest.mark.parametrize("config", [(4, 6), (3, 5), (4, 1)], ids=lambda c: "MB{}-TW{}".format(*c))
 def test_unpooled_tiles_into_lanes(cpu_tiles, config, direct):

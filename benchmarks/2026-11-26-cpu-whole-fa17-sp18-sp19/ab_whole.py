@@ -1,12 +1,13 @@
 """Whole-network A/B in one process: CPU engines (Engine.run on the Fashion-MNIST test images) built with
-cpu_parallel's flags per variant ("band": DIRECT_STORES off, main's kernels; "direct": on), called in turn
+cpu_parallel's and the engine's flags per variant (VARIANTS: "band" = main's engine, "direct" = the tiles storing
+into y's lane layout, "raw" = that + the first conv reading the uint8 images), called in turn
 round after round, the order alternating; the FMA peak probed (0.2 s, 2 threads) after every round. Per variant:
 median total, per-round ratio to the first variant, per-step split (convs' Op Time; dense layers timed around
 their calls; "glue" = total minus the steps: the input copy, argmax, Python), each step's GFLOP/s and its % of
 the round's probe; predictions compared.
 
     PYTHONPATH=. python3 benchmarks/2026-11-26-cpu-whole-fa17-sp18-sp19/ab_whole.py [--presets sp18 sp19 fa17-high]
-        [--rounds 7] [--variants band direct]
+        [--rounds 7] [--variants band direct raw]
 """
 import argparse
 import statistics
@@ -16,12 +17,15 @@ import numpy as np
 import torch
 
 from convforge import data
+from convforge import engine as engine_module
 from convforge.conv import cpu_parallel
 from convforge.engine import Engine
 from convforge.harness.probes import fma_peak_gflops
 from convforge.models import load_preset
 
-VARIANTS = {"band": {"DIRECT_STORES": False}, "direct": {"DIRECT_STORES": True}}
+VARIANTS = {"band": {"DIRECT_STORES": False, "RAW_INPUT": False},    # main's engine (9bedcaf's parent)
+            "direct": {"DIRECT_STORES": True, "RAW_INPUT": False},   # 9bedcaf
+            "raw": {"DIRECT_STORES": True, "RAW_INPUT": True}}       # + the first conv reads the uint8 images
 
 
 class Timed:
@@ -40,14 +44,15 @@ class Timed:
 
 def build(network, variant):
     flags = VARIANTS[variant]
-    saved = {k: getattr(cpu_parallel, k) for k in flags}
+    where = {k: (engine_module if k == "RAW_INPUT" else cpu_parallel) for k in flags}
+    saved = {k: getattr(where[k], k) for k in flags}
     for k, v in flags.items():
-        setattr(cpu_parallel, k, v)
+        setattr(where[k], k, v)
     try:
         engine = Engine(network, impl="cpu-parallel", device="cpu")
     finally:
         for k, v in saved.items():
-            setattr(cpu_parallel, k, v)
+            setattr(where[k], k, v)
     for step in engine.steps:
         if step.dense is not None:
             step.dense = Timed(step.dense)

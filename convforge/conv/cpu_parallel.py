@@ -122,7 +122,7 @@ def transposed_store():
     """The Numba intrinsic ``store_transposed16(src, s0, s_step, dst, d0, d_step)`` (Numba imported here).
 
     It does dst[d0 + l * d_step + c] = src[s0 + c * s_step + l] for 0 <= l, c < 16: 16 vector loads of
-    16 floats, a 16 x 16 transpose in registers (4 rounds of 16 two-register shuffles, each swapping the
+    16 floats (or of 16 bytes converted to float, exactly, when src is uint8: the engine's raw images), a 16 x 16 transpose in registers (4 rounds of 16 two-register shuffles, each swapping the
     off-diagonal halves of 2^k blocks) and 16 vector stores. Numba has no vector types, and the
     equivalent scalar loop compiles to gathers at half the speed.
     """
@@ -141,15 +141,20 @@ def transposed_store():
                 vec = ir.VectorType(ir.FloatType(), LANES)
                 mask = ir.VectorType(ir.IntType(32), LANES)
 
-                def pointers(array_arg, start_arg, step_arg):
+                def pointers(array_arg, start_arg, step_arg, kind=vec):
                     data = context.make_array(signature.args[array_arg])(context, builder, args[array_arg]).data
                     start = context.cast(builder, args[start_arg], signature.args[start_arg], types.int64)
                     step = context.cast(builder, args[step_arg], signature.args[step_arg], types.int64)
                     offsets = [builder.add(start, builder.mul(step, ir.Constant(i64, n))) for n in range(LANES)]
-                    return [builder.bitcast(builder.gep(data, [offset], inbounds=True), vec.as_pointer())
+                    return [builder.bitcast(builder.gep(data, [offset], inbounds=True), kind.as_pointer())
                             for offset in offsets]
 
-                rows = [builder.load(ptr, align=4) for ptr in pointers(0, 1, 2)]
+                if signature.args[0].dtype == types.uint8:   # 16 bytes a row, converted exactly to float
+                    bytes16 = ir.VectorType(ir.IntType(8), LANES)
+                    rows = [builder.uitofp(builder.load(builder.bitcast(ptr, bytes16.as_pointer()), align=1), vec)
+                            for ptr in pointers(0, 1, 2, bytes16)]
+                else:
+                    rows = [builder.load(ptr, align=4) for ptr in pointers(0, 1, 2)]
                 for k in range(4):
                     d = 1 << k
                     keep_low = ir.Constant(mask, [l if not l & d else LANES + l - d for l in range(LANES)])
@@ -170,7 +175,7 @@ def transposed_store():
 
 
 _TRANSPOSED_STORE = None
-TRANSPOSE_VERSION = 1  # part of the generated source, so a change here recompiles the cached kernels
+TRANSPOSE_VERSION = 2  # part of the generated source, so a change here recompiles the cached kernels
 
 
 def tile_kernel(kernel: int, block: int, width: int, vector: int = LANES, direct: bool = False):
@@ -622,7 +627,7 @@ def kernel_source(kernel: int, block: int, pool: int = 0, act: int = 0, width: O
                         per = -(-image // slices)
                         start = (b0 + {L}) * image + ((mb - mb0) * (Hc // 2) + h0 // 2 + ph) * per * {L}
                         stop = min(start + per * {L}, min(b0 + {2 * L}, B) * image)
-                        for e in range(start, stop, {L}):
+                        for e in range(start, stop, {4 * L} // xf.itemsize):   # one a cache line
                             prefetchr(xf, e)'''
         if lanes_out:   # the pooled vectors straight into y's lane layout: no band, no copy
             dest, pstride, mstride = "yf", str(L), f"plane * {L}"
@@ -884,7 +889,8 @@ def prepare_fused(weight: torch.Tensor, bias: Optional[torch.Tensor], activation
 def prepare_lanes(weight: torch.Tensor, bias: Optional[torch.Tensor], lanes_in: bool, lanes_out: bool,
                   config=None):
     """prepare with x and/or y in the lane layout (lane_shape): the returned ``fn(x, out, rows)`` takes x as a
-    (groups, C, H, W, 16) tensor when ``lanes_in`` (else (B, C, H, W)), writes ``out``, a (groups, M, Ho, Wo,
+    (groups, C, H, W, 16) tensor when ``lanes_in`` (else (B, C, H, W), float32, or uint8 when ``lanes_out``:
+    raw images, converted exactly in the input transposes), writes ``out``, a (groups, M, Ho, Wo,
     16) tensor when ``lanes_out`` (else (B, M, Ho, Wo)), for ``rows`` images. The CPU engine's arena uses it
     between layers; prepare_fused(..., lanes_in=, lanes_out=) is the fused form."""
     return _prepare(weight, bias, None, 0, config, lanes_in, lanes_out)
@@ -923,6 +929,9 @@ def _prepare(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Opt
     # Compile now (a one-image call of the same types), so the first timed call runs compiled code.
     fn(np.zeros(lane_shape(1, (channels, kernel, kernel)) if lanes_in else (1, channels, kernel, kernel), np.float32),
        w, b, np.empty(lane_shape(1, (maps, 1, 1)) if lanes_out else (1, maps, 1, 1), np.float32), maps, 0, 1, 0, blocks)
+    if lanes_out and not lanes_in:  # the engine's first layer also takes its raw uint8 images (run_lanes)
+        fn(np.zeros((1, channels, kernel, kernel), np.uint8), w, b, np.empty(lane_shape(1, (maps, 1, 1)), np.float32),
+           maps, 0, 1, 0, blocks)
 
     def out_shape(rows: int, height: int, width: int) -> tuple:
         ho, wo = height - kernel + 1, width - kernel + 1
@@ -946,6 +955,10 @@ def _prepare(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Opt
             if x.dim() != 5 or x.shape[0] < groups or x.shape[1] != channels or x.shape[4] != LANES:
                 raise ValueError(f"x must be a lane-layout ({groups}, {channels}, H, W, {LANES}) tensor, got {tuple(x.shape)}")
             xn = x[:groups].contiguous().numpy()
+        elif x.dtype == torch.uint8:    # raw images (the CPU engine's input): converted in the transposes
+            if x.dim() != 4 or x.shape[1] != channels:
+                raise ValueError(f"x must be a (B, {channels}, H, W) tensor, got {tuple(x.shape)}")
+            xn = x[:rows].contiguous().numpy()
         else:
             xn = check_input(x[:rows], weight.shape)[0]
         shape = out_shape(rows, height, width)
