@@ -437,10 +437,14 @@ def test_unpooled_tiles_into_lanes(cpu_tiles, config, direct):
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_dense_layer_reads_lane_layout(threads):
+@pytest.mark.parametrize("x_prefetch", [False, True], ids=["no-xpf", "xpf"])
+@pytest.mark.parametrize("small_work", [0, None], ids=["items", "small-one-item"])
+def test_dense_layer_reads_lane_layout(threads, x_prefetch, small_work, monkeypatch):
     """cpu_dense with ``lanes``: the inputs in cpu-parallel's lane layout (groups, K, 16), read in place (no pack),
     NaN in a last partial group's extra lanes; blocks of NC rounded to whole groups (40 -> 48), KC slices with a
-    tail; batches of different sizes in a row through the reused scratch into NaN-poisoned outputs."""
+    tail; batches of different sizes in a row through the reused scratch into NaN-poisoned outputs. With and
+    without the prefetch of the next stripe's inputs (X_PREFETCH: it must not read past x), split into work
+    items as a large layer is (small_work 0) and as one item (SMALL_WORK's default for a layer this small)."""
     from convforge import cpu_dense
     from convforge.models import ACTIVATIONS
     if not cpu_dense.lanes_supported():
@@ -448,7 +452,11 @@ def test_dense_layer_reads_lane_layout(threads):
     k, n = 7 * 16 + 5, 3 * 16 * 3 + 16 + 7
     g = torch.Generator().manual_seed(26)
     w, b = torch.randn(n, k, generator=g), torch.randn(n, generator=g)
+    monkeypatch.setattr(cpu_dense, "X_PREFETCH", x_prefetch)
     layer = cpu_dense.DenseLayer(w, b, "tanh", blocking=(48, 40), lanes=True)
+    if small_work is not None:
+        layer.small_work = small_work
+    assert len(layer.work_items(203, 2)) == (1 if small_work is None else 6)
     saved = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -529,6 +537,7 @@ def test_dense_layer_blocks_and_reused_scratch(tile, threads):
     g = torch.Generator().manual_seed(408)
     w, b = torch.randn(n, k, generator=g), torch.randn(n, generator=g)
     layer = cpu_dense.DenseLayer(w, b, "tanh", tile=tile, blocking=(48, 40))
+    layer.small_work = 0            # work items as for a large layer (this one is under SMALL_WORK)
     saved = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:

@@ -1,6 +1,8 @@
 """Whole-network A/B in one process: CPU engines (Engine.run on the Fashion-MNIST test images) built with
 cpu_parallel's and the engine's flags per variant (VARIANTS: "band" = main's engine, "direct" = the tiles storing
-into y's lane layout, "raw" = that + the first conv reading the uint8 images), called in turn
+into y's lane layout, "raw" = that + the first conv reading the uint8 images,
+"xpf" = + the dense layers prefetching the next stripe's inputs, "small" = + the small output layers as one work
+item, "all" = both; missing flags: the module's default), called in turn
 round after round, the order alternating; the FMA peak probed (0.2 s, 2 threads) after every round. Per variant:
 median total, per-round ratio to the first variant, per-step split (convs' Op Time; dense layers timed around
 their calls; "glue" = total minus the steps: the input copy, argmax, Python), each step's GFLOP/s and its % of
@@ -17,15 +19,21 @@ import numpy as np
 import torch
 
 from convforge import data
-from convforge import engine as engine_module
+from convforge import cpu_dense, engine as engine_module
 from convforge.conv import cpu_parallel
 from convforge.engine import Engine
 from convforge.harness.probes import fma_peak_gflops
 from convforge.models import load_preset
 
-VARIANTS = {"band": {"DIRECT_STORES": False, "RAW_INPUT": False},    # main's engine (9bedcaf's parent)
-            "direct": {"DIRECT_STORES": True, "RAW_INPUT": False},   # 9bedcaf
-            "raw": {"DIRECT_STORES": True, "RAW_INPUT": True}}       # + the first conv reads the uint8 images
+VARIANTS = {"band": {"DIRECT_STORES": False, "RAW_INPUT": False, "X_PREFETCH": False, "SMALL_WORK": 0},  # main
+            "direct": {"DIRECT_STORES": True, "RAW_INPUT": False, "X_PREFETCH": False, "SMALL_WORK": 0},  # 9bedcaf
+            "raw": {"DIRECT_STORES": True, "RAW_INPUT": True,        # + the first conv reads the uint8 images
+                    "X_PREFETCH": False, "SMALL_WORK": 0},
+            "xpf": {"DIRECT_STORES": True, "RAW_INPUT": True,        # + the dense layers prefetch the next
+                    "X_PREFETCH": True, "SMALL_WORK": 0},            # stripe's inputs
+            "small": {"DIRECT_STORES": True, "RAW_INPUT": True,      # + the small output layers as one item
+                      "X_PREFETCH": False, "SMALL_WORK": 1 << 25},
+            "all": {"DIRECT_STORES": True, "RAW_INPUT": True, "X_PREFETCH": True, "SMALL_WORK": 1 << 25}}
 
 
 class Timed:
@@ -44,7 +52,8 @@ class Timed:
 
 def build(network, variant):
     flags = VARIANTS[variant]
-    where = {k: (engine_module if k == "RAW_INPUT" else cpu_parallel) for k in flags}
+    where = {k: (engine_module if k == "RAW_INPUT" else cpu_dense if k in ("X_PREFETCH", "SMALL_WORK")
+                 else cpu_parallel) for k in flags}
     saved = {k: getattr(where[k], k) for k in flags}
     for k, v in flags.items():
         setattr(where[k], k, v)
