@@ -44,7 +44,11 @@ benchmarks/2026-11-25-cpu-first-conv-one-channel/). When the layer writes the la
 pooled tile stores its vectors straight into y (no band, no copy: the copy was scalar, 16 VMOVSS loads and
 stores a vector), the 2x2 max is 3 MAXPS + one NaN fix-up (12 instructions before), and the next group's input
 is prefetched into L2 during this group's rows: 0.78-0.88x the previous kernel on the six first layers, outputs
-bitwise identical (benchmarks/2026-11-26-cpu-first-conv-tile/). The ISA comes from
+bitwise identical (benchmarks/2026-11-26-cpu-first-conv-tile/). The unpooled layers that write the lane layout
+(the second convs of sp18, sp19, fa18, fa19 in the engine) store from their tiles into y too (DIRECT_STORES: no
+band, no lane-by-lane copy), and a first layer writing it takes the raw uint8 images, converted exactly in its
+input transposes (the engine's chunk is not copied to float32 first): 0.79-0.92x main's engine on five presets
+(benchmarks/2026-11-26-cpu-whole-fa17-sp18-sp19/). The ISA comes from
 cpu_loops.vector_lanes (CONVFORGE_CPU_VECTOR_LANES=8 or 16 forces either; both tile kinds run correctly on
 either CPU, which is how the tests check both).
 Course step: the CPU side of the optimisation milestones: loop reordering for SIMD, register tiling, compile-
