@@ -49,7 +49,16 @@ MR, PR = TILES[vector_lanes()]
 # (per-round ratios of 25 interleaved rounds, benchmarks/2026-11-25-cpu-fa17-dense-panel/ab_blocking_nc.txt).
 BLOCKING = {16: (256, 192), 8: (256, 192)}
 KC, NC = BLOCKING[vector_lanes()]
-DENSE_VERSION = 4
+DENSE_VERSION = 5
+# With the lane layout (no pack), each tile call can also prefetch into L2 its share of the next stripe's KC
+# inputs (x comes from DRAM or L3: the previous conv's output, 59-88 MB a chunk). Off: in the engine the dense
+# step measured 0.97-1.07x without it, within this VM's noise (benchmarks/2026-11-26-cpu-whole-fa17-sp18-sp19,
+# ab_whole_4/5.txt); an option for the A/B.
+X_PREFETCH = False
+# A layer with less work per call than this (rows x K x padded N multiply-adds: the 140 -> 10 and 500 -> 10
+# output layers) runs as one work item on the calling thread: handing 12 items to the pool cost more than
+# their arithmetic (0.60 against 0.21 ms for 2048 images of 140 -> 10)
+SMALL_WORK = 1 << 25
 
 
 def dense_tile(rows: int, act: int, panels: int = 1, stride: int = 0):
@@ -60,7 +69,8 @@ def dense_tile(rows: int, act: int, panels: int = 1, stride: int = 0):
     of one packed stripe. Every 4 k it also prefetches into L2 one of the ``pfn`` cache lines of w from
     w[pf] on (the next slice of W, which the hardware prefetchers left to be read from L3 at first use)."""
     stride = stride or rows
-    key = (rows, act, panels, stride)
+    XPREFETCH = X_PREFETCH
+    key = (rows, act, panels, stride, XPREFETCH)
     if key not in _TILES:
         from llvmlite import ir
         from numba import types
@@ -69,8 +79,8 @@ def dense_tile(rows: int, act: int, panels: int = 1, stride: int = 0):
         from convforge.conv.cpu_parallel import vector_activation
 
         @intrinsic
-        def tile(typingctx, xp, x0, w, w0, wk, kc, bias, n0, c, c0, ldc, first, last, pf, pfn):
-            sig = types.void(xp, x0, w, w0, wk, kc, bias, n0, c, c0, ldc, first, last, pf, pfn)
+        def tile(typingctx, xp, x0, w, w0, wk, kc, bias, n0, c, c0, ldc, first, last, pf, pfn, xpf, xpfn):
+            sig = types.void(xp, x0, w, w0, wk, kc, bias, n0, c, c0, ldc, first, last, pf, pfn, xpf, xpfn)
 
             def codegen(context, builder, signature, args):
                 i64, i32 = ir.IntType(64), ir.IntType(32)
@@ -98,6 +108,7 @@ def dense_tile(rows: int, act: int, panels: int = 1, stride: int = 0):
                 is_first = builder.icmp_signed("!=", as64(11), const(0))
                 is_last = builder.icmp_signed("!=", as64(12), const(0))
                 pfv, pfnv = as64(13), as64(14)
+                xpfv, xpfnv = as64(15), as64(16)
                 i8p = ir.IntType(8).as_pointer()
                 prefetch = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
                     ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0")
@@ -130,6 +141,11 @@ def dense_tile(rows: int, act: int, panels: int = 1, stride: int = 0):
                     target = builder.gep(wd, [builder.add(pfv, builder.mul(line, const(16)))], inbounds=True)
                     builder.call(prefetch, [builder.bitcast(target, i8p), ir.Constant(i32, 0), ir.Constant(i32, 2),
                                             ir.Constant(i32, 1)])
+                    if XPREFETCH:   # and one of the xpfn lines of the next stripe's inputs from xp[xpf] on
+                        with cgutils.if_likely(builder, builder.icmp_signed("<", loop.index, xpfnv)):
+                            xt = builder.gep(xd, [builder.add(xpfv, builder.mul(loop.index, const(16)))], inbounds=True)
+                            builder.call(prefetch, [builder.bitcast(xt, i8p), ir.Constant(i32, 0), ir.Constant(i32, 2),
+                                                    ir.Constant(i32, 1)])
                     for u in range(unroll):
                         step(builder.add(base, const(u)))
                 with cgutils.for_range(builder, builder.srem(kcv, const(unroll))) as loop:
@@ -174,7 +190,7 @@ def kernel_source(act: int, rows: int = 0, panels: int = 0, kc: int = 0, nc: int
     calls = "\n".join(f"""                    {'if' if q == 1 else 'elif'} rem == {q}:
                         pf, pfn = prefetch_share(groups * gw * K + k0n * {q * NR}, kcn * {q}, u, nt)
                         tile_r{q}(src, x0, wp, groups * gw * K + k0 * {q * NR}, {q * NR}, kc, bias, groups * gw, cc,
-                                  c0 + groups * gw, ldc, first, last, pf, pfn)""" for q in range(1, P))
+                                  c0 + groups * gw, ldc, first, last, pf, pfn, xpf, xpfn)""" for q in range(1, P))
     if S == 16:
         fast_pack = f"""if row + 16 <= b1:             # 16 x 16 blocks transposed in registers
                     start = row * ldx + k0
@@ -187,6 +203,12 @@ def kernel_source(act: int, rows: int = 0, panels: int = 0, kc: int = 0, nc: int
                 """
     else:
         fast_pack = ""
+    if lanes:       # the next stripe of this slice, if x has one: its kc lines, prefetched over this stripe's calls
+        xnext_code = f"""xnext = ((b0 // {S} + t + 1) * K + k0) * {S}
+                    xlines = kc if xnext + kc * {S} <= x.shape[0] else 0
+                    xnext = xnext if xlines else 0"""
+    else:
+        xnext_code = "xnext, xlines = 0, 0"
     if lanes:       # stripe t of the block is lane group (b0 + t * 16) / 16 (blocks start at whole stripes)
         pack = "            src = x"
         stripe_start = f"((b0 // {S} + t) * K + k0) * {S}"
@@ -206,7 +228,7 @@ def kernel_source(act: int, rows: int = 0, panels: int = 0, kc: int = 0, nc: int
                         for k in range(kc):
                             xp[base + k * {S} + r] = 0.0"""
         stripe_start = f"t * kc * {S}"
-    return f'''"""Generated by convforge.cpu_dense: MR={R}, PR={P}, S={S}, NR={NR}, KC={KC}, NC={NC}, act={act}, lanes={lanes} (v{DENSE_VERSION})."""
+    return f'''"""Generated by convforge.cpu_dense: MR={R}, PR={P}, S={S}, NR={NR}, KC={KC}, NC={NC}, act={act}, lanes={lanes}, x prefetch {X_PREFETCH} (v{DENSE_VERSION})."""
 from numba import njit
 
 from convforge.conv.cpu_parallel import transposed_store
@@ -249,6 +271,8 @@ def dense(x, ldx, K, wp, bias, c, ldc, panels, r0, r1, xp, cs):
                     if row >= b1:
                         break
                     x0 = {stripe_start} + i * {R}
+                    calls = groups + (1 if rem else 0)
+                    {xnext_code}
                     u = t * {S // R} + i
                     if row + {R} <= b1:
                         cc = c
@@ -256,10 +280,14 @@ def dense(x, ldx, K, wp, bias, c, ldc, panels, r0, r1, xp, cs):
                     else:                   # a partial tile: into the scratch tile
                         cc = cs
                         c0 = 0
-                    for g in range(groups):
-                        pf, pfn = prefetch_share((g * K + k0n) * gw, kcn * {P}, u, nt)
-                        tile(src, x0, wp, (g * K + k0) * gw, gw, kc, bias, g * gw, cc, c0 + g * gw, ldc, first, last,
-                             pf, pfn)
+                    for g in range(groups + (1 if rem else 0)):
+                        if g < groups:
+                            pf, pfn = prefetch_share((g * K + k0n) * gw, kcn * {P}, u, nt)
+                        # this call's share of the next stripe's inputs (lanes: read in place, from far away)
+                        xpf, xpfn = prefetch_share(xnext, xlines, i * calls + g, {S // R} * calls) if xlines else (0, 0)
+                        if g < groups:
+                            tile(src, x0, wp, (g * K + k0) * gw, gw, kc, bias, g * gw, cc, c0 + g * gw, ldc, first,
+                                 last, pf, pfn, xpf, xpfn)
 {calls if P > 1 else ""}
                     if last and row + {R} > b1:
                         for r in range(b1 - row):
@@ -276,9 +304,10 @@ def get_kernel(act: int, rows: int = 0, panels: int = 0, kc: int = 0, nc: int = 
     from convforge.conv.cpu_loops import jit_generated
     rows, panels, kc, nc = rows or MR, panels or PR, kc or KC, nc or NC
     with _LOCK:
-        key = (act, rows, panels, kc, nc, bool(lanes))
+        key = (act, rows, panels, kc, nc, bool(lanes), X_PREFETCH)
         if key not in _KERNELS:
-            _KERNELS[key] = jit_generated(f"cpu_dense_a{act}_mr{rows}_pr{panels}_kc{kc}_nc{nc}" + ("_lanes" if lanes else ""),
+            _KERNELS[key] = jit_generated(f"cpu_dense_a{act}_mr{rows}_pr{panels}_kc{kc}_nc{nc}" + ("_lanes" if lanes else "")
+                                          + ("" if X_PREFETCH else "_noxpf"),
                                           kernel_source(act, rows, panels, kc, nc, bool(lanes)), "dense", nogil=True,
                                           fastmath={"contract"})
         return _KERNELS[key]
@@ -320,6 +349,7 @@ class DenseLayer:
         self.rows, self.group = tile or (MR, PR)   # tile: (MR, PR) other than this ISA's (A/B runs, tests)
         self.kc, self.nc = blocking or (KC, NC)     # blocking: (KC, NC) other than the default (A/B, tests)
         self.lanes = lanes
+        self.small_work = SMALL_WORK
         if lanes:
             if stripe_of(self.rows) != STRIPE:
                 raise ValueError(f"the lane layout needs 16-image stripes; tiles of {self.rows} images have none")
@@ -349,6 +379,8 @@ class DenseLayer:
         """The images cut into a multiple of ``threads`` runs of whole stripes, each at most about NC images."""
         stripe = stripe_of(self.rows)
         stripes = -(-rows // stripe)
+        if rows * self.k * self.np < self.small_work:
+            return [(0, rows)]
         pieces = max(1, min(stripes, threads * -(-rows // (threads * self.nc))))
         edges = [min(rows, stripes * i // pieces * stripe) for i in range(pieces)] + [rows]
         return [(a, b) for a, b in zip(edges, edges[1:]) if b > a]

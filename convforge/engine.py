@@ -42,6 +42,9 @@ FREE_MEMORY_SHARE = 1 / 8
 # The CPU whole-network path (see Engine._forward_cpu): the implementations it serves, and its chunk.
 CPU_WHOLE_IMPLS = ("cpu-parallel",)
 CPU_CHUNK = 2048
+# The first conv reads the uint8 images itself (cpu_parallel's transposes convert them): no float32 copy of the
+# chunk (the A/B toggles it; benchmarks/2026-11-26-cpu-whole-fa17-sp18-sp19)
+RAW_INPUT = True
 
 
 def default_chunk(device: str, activation_elements: int) -> int:
@@ -189,6 +192,9 @@ class _Step:
     gpu_dense: Optional["GpuDense"] = None  # the GPU exact path's dense layer (cuBLAS, measured layout)
     out_shape: tuple = ()  # per-image output shape (the CPU path's buffers)
     lane_buffer: Optional[Callable[[int], tuple]] = None  # rows -> the lane-layout output buffer's shape
+    # The CPU whole-network path's first conv into the lane layout: it takes the (B, 1, S, S) uint8 images as
+    # they are and converts them in its input transposes (no float copy of the batch written and read back)
+    raw_input: bool = False
 
     def buffer_shape(self, rows: int) -> tuple:
         """The shape of this conv step's output buffer for ``rows`` images (the CPU whole-network path)."""
@@ -258,6 +264,7 @@ class Engine:
                     step.skip = fusion[2]
                 step.lanes_in = lanes
                 step.lanes_out = lanes = self.cpu_whole and lanes_next(walk, i + 1 + step.skip)
+                step.raw_input = RAW_INPUT and step.lanes_out and not step.lanes_in and not self.steps
                 if step.lanes_in or step.lanes_out:
                     from convforge.conv import cpu_parallel
                     if fusion:
@@ -456,7 +463,9 @@ class Engine:
                 try:
                     self._warm_up(images)   # nothing to do unless the chunk was just halved
                     block = torch.from_numpy(images[start:start + self.chunk]).to(self.device)
-                    if self.cpu_whole:    # into the arena's input buffer, then the pass in the arena
+                    if self.cpu_whole and self.steps[0].raw_input:  # the first conv converts the uint8 images
+                        logits = self._forward_cpu(block.unsqueeze(1))
+                    elif self.cpu_whole:    # into the arena's input buffer, then the pass in the arena
                         x = self._buffer("input", block.shape[0], (1, *block.shape[1:]))
                         x.copy_(block.unsqueeze(1))
                         logits = self._forward_cpu(x)

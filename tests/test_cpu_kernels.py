@@ -375,11 +375,76 @@ def test_parallel_lane_layouts(cpu_tiles, case, layout):
         torch.set_num_threads(saved)
 
 
+@pytest.mark.parametrize("case", [(6, 1, 64, 64, 5, "tanh", 2), (7, 3, 13, 9, 3, "sigmoid", 2), (5, 2, 7, 11, 1, None, 0),
+                                  (4, 1, 3, 3, 1, None, 0)], ids=lambda c: "M{}-C{}-{}x{}-K{}-{}-pool{}".format(*c))
+def test_parallel_lanes_from_uint8(cpu_tiles, case):
+    """The engine's first layer reads its raw uint8 images (converted in the input transposes; a plane of fewer
+    than 16 pixels by the scalar repack): batches of 37, 16 and 5 into a reused NaN-poisoned lane-layout
+    buffer, 1 and 2 threads, against float64 of the images as floats."""
+    import torch.nn.functional as F
+    from convforge.conv import cpu_parallel
+    from convforge.models import ACTIVATIONS
+    maps, channels, height, width, kernel, activation, pool = case
+    _, w, b = random_case((1, channels, height, width), (maps, channels, kernel, kernel),
+                          seed=zlib.crc32(repr(("uint8", case)).encode()), bias=True)
+    if pool:
+        fn = cpu_parallel.prepare_fused(w, b, activation, pool, lanes_out=True)
+    else:
+        fn = cpu_parallel.prepare_lanes(w, b, False, True)
+    ho, wo = height - kernel + 1, width - kernel + 1
+    per_image = (maps, ho // pool, wo // pool) if pool else (maps, ho, wo)
+    buffer = torch.full(cpu_parallel.lane_shape(37, per_image), float("nan"))
+    g = torch.Generator().manual_seed(7)
+    saved = torch.get_num_threads()
+    try:
+        for rows, threads in ((37, 2), (16, 1), (5, 2)):
+            torch.set_num_threads(threads)
+            xb = torch.randint(0, 256, (rows, channels, height, width), generator=g, dtype=torch.uint8)
+            ref = torch.from_numpy(conv2d_float64(xb.double().numpy(), w.numpy(), b.numpy()))
+            ref = F.max_pool2d(ACTIVATIONS[activation](ref) if activation else ref, pool, pool) if pool else ref
+            buffer.fill_(float("nan"))
+            out = fn(xb, buffer[:-(-rows // 16)], rows)
+            got = _from_lanes(out, rows)
+            err = relative_error(got.numpy(), ref.numpy())
+            assert err <= TOLERANCE, f"{case} B={rows}: {err:.2e}; {describe_mismatch(got.numpy(), ref.numpy())}"
+    finally:
+        torch.set_num_threads(saved)
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "band"])
+@pytest.mark.parametrize("config", [(4, 6), (3, 5), (4, 1)], ids=lambda c: "MB{}-TW{}".format(*c))
+def test_unpooled_tiles_into_lanes(cpu_tiles, config, direct):
+    """The unpooled layer writing y's lane layout from its tiles (DIRECT_STORES) or through the band, with map
+    blocks that pad the maps (7 maps in blocks of 4 or 3: a last block stores only its real maps) and rows with
+    remainder tiles (Wo % TW): against float64, the buffer NaN-poisoned, and the groups after the output's
+    still NaN (no write past it)."""
+    from convforge.conv import cpu_parallel
+    maps, channels, height, width, kernel = 7, 3, 12, 15, 3
+    x, w, b = random_case((37, channels, height, width), (maps, channels, kernel, kernel),
+                          seed=zlib.crc32(repr((config, direct)).encode()), bias=True)
+    saved = cpu_parallel.DIRECT_STORES
+    cpu_parallel.DIRECT_STORES = direct
+    try:
+        fn = cpu_parallel.prepare_lanes(w, b, True, True, config=config)
+    finally:
+        cpu_parallel.DIRECT_STORES = saved
+    ref = conv2d_float64(x.numpy(), w.numpy(), b.numpy())
+    buffer = torch.full(cpu_parallel.lane_shape(37 + 32, (maps, height - kernel + 1, width - kernel + 1)), float("nan"))
+    out = fn(_to_lanes(x), buffer[:3], 37)
+    err = relative_error(_from_lanes(out, 37).numpy(), ref)
+    assert err <= TOLERANCE, f"{config} direct={direct}: {err:.2e}"
+    assert torch.isnan(buffer[3:]).all()
+
+
 @pytest.mark.parametrize("threads", [1, 2])
-def test_dense_layer_reads_lane_layout(threads):
+@pytest.mark.parametrize("x_prefetch", [False, True], ids=["no-xpf", "xpf"])
+@pytest.mark.parametrize("small_work", [0, None], ids=["items", "small-one-item"])
+def test_dense_layer_reads_lane_layout(threads, x_prefetch, small_work, monkeypatch):
     """cpu_dense with ``lanes``: the inputs in cpu-parallel's lane layout (groups, K, 16), read in place (no pack),
     NaN in a last partial group's extra lanes; blocks of NC rounded to whole groups (40 -> 48), KC slices with a
-    tail; batches of different sizes in a row through the reused scratch into NaN-poisoned outputs."""
+    tail; batches of different sizes in a row through the reused scratch into NaN-poisoned outputs. With and
+    without the prefetch of the next stripe's inputs (X_PREFETCH: it must not read past x), split into work
+    items as a large layer is (small_work 0) and as one item (SMALL_WORK's default for a layer this small)."""
     from convforge import cpu_dense
     from convforge.models import ACTIVATIONS
     if not cpu_dense.lanes_supported():
@@ -387,7 +452,11 @@ def test_dense_layer_reads_lane_layout(threads):
     k, n = 7 * 16 + 5, 3 * 16 * 3 + 16 + 7
     g = torch.Generator().manual_seed(26)
     w, b = torch.randn(n, k, generator=g), torch.randn(n, generator=g)
+    monkeypatch.setattr(cpu_dense, "X_PREFETCH", x_prefetch)
     layer = cpu_dense.DenseLayer(w, b, "tanh", blocking=(48, 40), lanes=True)
+    if small_work is not None:
+        layer.small_work = small_work
+    assert len(layer.work_items(203, 2)) == (1 if small_work is None else 6)
     saved = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -468,6 +537,7 @@ def test_dense_layer_blocks_and_reused_scratch(tile, threads):
     g = torch.Generator().manual_seed(408)
     w, b = torch.randn(n, k, generator=g), torch.randn(n, generator=g)
     layer = cpu_dense.DenseLayer(w, b, "tanh", tile=tile, blocking=(48, 40))
+    layer.small_work = 0            # work items as for a large layer (this one is under SMALL_WORK)
     saved = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:

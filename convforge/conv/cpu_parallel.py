@@ -44,7 +44,11 @@ benchmarks/2026-11-25-cpu-first-conv-one-channel/). When the layer writes the la
 pooled tile stores its vectors straight into y (no band, no copy: the copy was scalar, 16 VMOVSS loads and
 stores a vector), the 2x2 max is 3 MAXPS + one NaN fix-up (12 instructions before), and the next group's input
 is prefetched into L2 during this group's rows: 0.78-0.88x the previous kernel on the six first layers, outputs
-bitwise identical (benchmarks/2026-11-26-cpu-first-conv-tile/). The ISA comes from
+bitwise identical (benchmarks/2026-11-26-cpu-first-conv-tile/). The unpooled layers that write the lane layout
+(the second convs of sp18, sp19, fa18, fa19 in the engine) store from their tiles into y too (DIRECT_STORES: no
+band, no lane-by-lane copy), and a first layer writing it takes the raw uint8 images, converted exactly in its
+input transposes (the engine's chunk is not copied to float32 first): 0.79-0.92x main's engine on five presets
+(benchmarks/2026-11-26-cpu-whole-fa17-sp18-sp19/). The ISA comes from
 cpu_loops.vector_lanes (CONVFORGE_CPU_VECTOR_LANES=8 or 16 forces either; both tile kinds run correctly on
 either CPU, which is how the tests check both).
 Course step: the CPU side of the optimisation milestones: loop reordering for SIMD, register tiling, compile-
@@ -96,6 +100,7 @@ PREFETCH_INPUT = True  # pooled tiles: PREFETCHT1 of the next group's input line
 STREAM_OUTPUT = False  # pooled tiles into y's lane layout: non-temporal stores (the A/B toggles it)
 FAST_POOL_MAX = True  # pooled tiles: the 2x2 max as MAXPS + one NaN fix-up (the A/B toggles it)
 REMAINDER_TILES = True  # a row's last Wo % TW columns by a tile that wide (the A/B toggles it)
+DIRECT_STORES = True  # unpooled tiles into y's lane layout: stored from the tile, no band copy (A/B toggle)
 ACC_BYTES = 256 << 10  # accumulators of one band of output rows (the whole plane on the course layers), in L2
 
 
@@ -121,7 +126,7 @@ def transposed_store():
     """The Numba intrinsic ``store_transposed16(src, s0, s_step, dst, d0, d_step)`` (Numba imported here).
 
     It does dst[d0 + l * d_step + c] = src[s0 + c * s_step + l] for 0 <= l, c < 16: 16 vector loads of
-    16 floats, a 16 x 16 transpose in registers (4 rounds of 16 two-register shuffles, each swapping the
+    16 floats (or of 16 bytes converted to float, exactly, when src is uint8: the engine's raw images), a 16 x 16 transpose in registers (4 rounds of 16 two-register shuffles, each swapping the
     off-diagonal halves of 2^k blocks) and 16 vector stores. Numba has no vector types, and the
     equivalent scalar loop compiles to gathers at half the speed.
     """
@@ -140,15 +145,20 @@ def transposed_store():
                 vec = ir.VectorType(ir.FloatType(), LANES)
                 mask = ir.VectorType(ir.IntType(32), LANES)
 
-                def pointers(array_arg, start_arg, step_arg):
+                def pointers(array_arg, start_arg, step_arg, kind=vec):
                     data = context.make_array(signature.args[array_arg])(context, builder, args[array_arg]).data
                     start = context.cast(builder, args[start_arg], signature.args[start_arg], types.int64)
                     step = context.cast(builder, args[step_arg], signature.args[step_arg], types.int64)
                     offsets = [builder.add(start, builder.mul(step, ir.Constant(i64, n))) for n in range(LANES)]
-                    return [builder.bitcast(builder.gep(data, [offset], inbounds=True), vec.as_pointer())
+                    return [builder.bitcast(builder.gep(data, [offset], inbounds=True), kind.as_pointer())
                             for offset in offsets]
 
-                rows = [builder.load(ptr, align=4) for ptr in pointers(0, 1, 2)]
+                if signature.args[0].dtype == types.uint8:   # 16 bytes a row, converted exactly to float
+                    bytes16 = ir.VectorType(ir.IntType(8), LANES)
+                    rows = [builder.uitofp(builder.load(builder.bitcast(ptr, bytes16.as_pointer()), align=1), vec)
+                            for ptr in pointers(0, 1, 2, bytes16)]
+                else:
+                    rows = [builder.load(ptr, align=4) for ptr in pointers(0, 1, 2)]
                 for k in range(4):
                     d = 1 << k
                     keep_low = ir.Constant(mask, [l if not l & d else LANES + l - d for l in range(LANES)])
@@ -169,10 +179,10 @@ def transposed_store():
 
 
 _TRANSPOSED_STORE = None
-TRANSPOSE_VERSION = 1  # part of the generated source, so a change here recompiles the cached kernels
+TRANSPOSE_VERSION = 2  # part of the generated source, so a change here recompiles the cached kernels
 
 
-def tile_kernel(kernel: int, block: int, width: int, vector: int = LANES):
+def tile_kernel(kernel: int, block: int, width: int, vector: int = LANES, direct: bool = False):
     """The Numba intrinsic ``conv_tile(x, x0, row, chan, C, w, w0, bias, b0, acc, a0)`` for K = ``kernel``,
     MB = ``block`` maps, TW = ``width`` output columns and ``vector`` lanes (all baked in): one generator for
     the AVX-512 tile (16 lanes, the whole group) and the AVX2 one (8 lanes, half a group per call, the
@@ -185,18 +195,22 @@ def tile_kernel(kernel: int, block: int, width: int, vector: int = LANES):
     multiply-adds; the tile is then stored to acc[a0 + (jj * MB + mm) * 16 ...]. Numba has no vector types
     and its vectoriser only handles innermost loops, so a Numba loop cannot keep the accumulators in
     registers across the (c, p, q) reduction.
+
+    ``direct``: the intrinsic takes three more arguments, ``conv_tile(..., acc, a0, js, ms, valid)``, and
+    stores map mm < valid of column jj to acc[a0 + jj * js + mm * ms ...] (maps from ``valid`` on, padding,
+    are not stored): the unpooled layer writes y's lane layout from the tile itself (js = 16, ms = a map
+    plane), with no band and no copy (DIRECT_STORES).
     """
-    key = (kernel, block, width, vector)
+    key = (kernel, block, width, vector, bool(direct))
     if key not in _TILES:
         from llvmlite import ir
         from numba import types
         from numba.core import cgutils
         from numba.extending import intrinsic
-        K, MB, TW, V = key
+        K, MB, TW, V, DIRECT = key
 
-        @intrinsic
-        def conv_tile(typingctx, x, x0, row, chan, C, w, w0, bias, b0, acc, a0):
-            sig = types.void(x, x0, row, chan, C, w, w0, bias, b0, acc, a0)
+        def conv_tile(typingctx, x, x0, row, chan, C, w, w0, bias, b0, acc, a0, *strides):
+            sig = types.void(x, x0, row, chan, C, w, w0, bias, b0, acc, a0, *strides)
 
             def codegen(context, builder, signature, args):
                 i64, i32 = ir.IntType(64), ir.IntType(32)
@@ -248,6 +262,15 @@ def tile_kernel(kernel: int, block: int, width: int, vector: int = LANES):
                                 for jj in range(TW):
                                     a = builder.load(accs[jj][mm])
                                     builder.store(builder.call(fma, [xs[jj], wv, a]), accs[jj][mm])
+                if DIRECT:      # map mm of column jj to acc[a0 + jj * js + mm * ms], maps < valid only
+                    jsv, msv, validv = (as64(i) for i in (11, 12, 13))
+                    for mm in range(MB):
+                        with cgutils.if_likely(builder, builder.icmp_signed("<", const(mm), validv)):
+                            mbase = builder.add(a0v, builder.mul(msv, const(mm)))
+                            for jj in range(TW):
+                                ptr = builder.gep(ad, [builder.add(mbase, builder.mul(jsv, const(jj)))], inbounds=True)
+                                builder.store(builder.load(accs[jj][mm]), builder.bitcast(ptr, vptr), align=4)
+                    return context.get_dummy_value()
                 for jj in range(TW):
                     for mm in range(MB):
                         ptr = builder.gep(ad, [builder.add(a0v, const((jj * MB + mm) * LANES))], inbounds=True)
@@ -256,12 +279,19 @@ def tile_kernel(kernel: int, block: int, width: int, vector: int = LANES):
 
             return sig, codegen
 
-        _TILES[key] = conv_tile
+        if DIRECT:
+            def conv_tile_direct(typingctx, x, x0, row, chan, C, w, w0, bias, b0, acc, a0, js, ms, valid):
+                return conv_tile(typingctx, x, x0, row, chan, C, w, w0, bias, b0, acc, a0, js, ms, valid)
+            _TILES[key] = intrinsic(conv_tile_direct)
+        else:
+            def conv_tile_band(typingctx, x, x0, row, chan, C, w, w0, bias, b0, acc, a0):
+                return conv_tile(typingctx, x, x0, row, chan, C, w, w0, bias, b0, acc, a0)
+            _TILES[key] = intrinsic(conv_tile_band)
     return _TILES[key]
 
 
 _TILES: dict = {}
-TILE_VERSION = 7  # part of the generated source, like TRANSPOSE_VERSION
+TILE_VERSION = 8  # part of the generated source, like TRANSPOSE_VERSION
 
 
 def choose_pooled(maps: int) -> tuple[int, int]:
@@ -574,6 +604,7 @@ def kernel_source(kernel: int, block: int, pool: int = 0, act: int = 0, width: O
                 r0 = h0 * Wo"""
     res = "pacc" if P else "acc"
     PT = bool(pooled_tile)
+    DIRECT = bool(DIRECT_STORES and lanes_out and not P and not PT)   # unpooled tiles store into y's lanes
     PREFETCH = PREFETCH_OUTPUT
     if PT:
         assert P == 2 and TW % 2 == 0, (P, TW)
@@ -600,7 +631,7 @@ def kernel_source(kernel: int, block: int, pool: int = 0, act: int = 0, width: O
                         per = -(-image // slices)
                         start = (b0 + {L}) * image + ((mb - mb0) * (Hc // 2) + h0 // 2 + ph) * per * {L}
                         stop = min(start + per * {L}, min(b0 + {2 * L}, B) * image)
-                        for e in range(start, stop, {L}):
+                        for e in range(start, stop, {4 * L} // xf.itemsize):   # one a cache line
                             prefetchr(xf, e)'''
         if lanes_out:   # the pooled vectors straight into y's lane layout: no band, no copy
             dest, pstride, mstride = "yf", str(L), f"plane * {L}"
@@ -641,12 +672,17 @@ def kernel_source(kernel: int, block: int, pool: int = 0, act: int = 0, width: O
         # The last Wo % TW columns by a tile that wide (REMAINDER_TILES), not by a whole tile overlapping its
         # neighbour, which recomputes up to TW - 1 columns (sp19's 18 columns: 20 computed with TW = 4).
         REM = REMAINDER_TILES and TW > 1
+
+        def dest(col):  # the tile's output: straight into y's lane layout (DIRECT) or into the band
+            if DIRECT:
+                return f"yf, ((g * M + m0) * plane + h * Wo + {col}) * {L} + s, {L}, plane * {L}, min({MB}, M - m0)"
+            return f"acc, ((h - h0) * Wo + {col}) * {MB * L} + s"
         remainder = "".join(f'''
                         {"if" if r == 1 else "elif"} Wo % {TW} == {r}:
                             col0 = Wo - {r}
                             for s in range(0, {L}, {V}):
                                 conv_tile_r{r}(src, so + (h * W + col0) * {L} + s, W * {L}, H * W * {L}, C, wp,
-                                          (mb - mb0) * nw, bias, m0, acc, ((h - h0) * Wo + col0) * {MB * L} + s)'''
+                                          (mb - mb0) * nw, bias, m0, {dest("col0")})'''
                             for r in range(1, TW)) if REM else ""
         tiles = f'''                for h in range(h0, h1):
                     # Tiles of {TW} columns x {MB} maps, each summed over all (c, p, q) in registers; the
@@ -657,12 +693,12 @@ def kernel_source(kernel: int, block: int, pool: int = 0, act: int = 0, width: O
                             col0 = {f"t * {TW}" if REM else f"min(t * {TW}, Wo - {TW})"}
                             for s in range(0, {L}, {V}):
                                 conv_tile(src, so + (h * W + col0) * {L} + s, W * {L}, H * W * {L}, C, wp,
-                                          (mb - mb0) * nw, bias, m0, acc, ((h - h0) * Wo + col0) * {MB * L} + s){remainder}
+                                          (mb - mb0) * nw, bias, m0, {dest("col0")}){remainder}
                     else:
                         for col0 in range(Wo):
                             for s in range(0, {L}, {V}):
                                 conv_tile1(src, so + (h * W + col0) * {L} + s, W * {L}, H * W * {L}, C, wp,
-                                           (mb - mb0) * nw, bias, m0, acc, ((h - h0) * Wo + col0) * {MB * L} + s)'''
+                                           (mb - mb0) * nw, bias, m0, {dest("col0")})'''
     if lanes_in:    # x[g, c, r, col, lane]: the tiles read it in place
         shape_line = f"    C, H, W = x.shape[1], x.shape[2], x.shape[3]\n    B = {'x.shape[0] * ' + str(L) if lanes_out else 'y.shape[0]'}"
         input_side = f"""        src, so = xf, g * nx                      # this group's lane-layout input"""
@@ -684,7 +720,7 @@ def kernel_source(kernel: int, block: int, pool: int = 0, act: int = 0, width: O
                         for col in range(W):
                             xr[col * {L} + lane] = x[b0 + lane, c, r, col]
         src, so = buf, o"""
-    if lanes_out and PT:    # the pooled tiles stored into y themselves
+    if lanes_out and (PT or DIRECT):    # the tiles stored into y themselves
         output_side = ""
     elif lanes_out:   # y[g, m, r, col, lane]: the band's vectors copied as they are, every lane (a last partial
         # group's extra lanes hold the conv of the zero or stale inputs there, never read as an image)
@@ -708,7 +744,7 @@ def kernel_source(kernel: int, block: int, pool: int = 0, act: int = 0, width: O
                             for i in range(run):
                                 yf[dst + i] = {res}[(i * {MB} + mm) * {L} + lane]"""
     layout_doc = (" x in the lane layout." if lanes_in else "") + (" y in the lane layout." if lanes_out else "")
-    return f'''"""Generated by convforge.conv.cpu_parallel for K={K}, MB={MB}, TW={TW}, vector={V}, pool={P}, act={act} (transpose v{TRANSPOSE_VERSION}, tile v{TILE_VERSION}, pool v{POOL_VERSION}, pooled tile {PT} v{PTILE_VERSION} fast max {FAST_POOL_MAX} stream {STREAM_OUTPUT}, prefetch {PREFETCH} input {PREFETCH_INPUT}, lanes in {lanes_in} out {lanes_out}, remainder tiles {REMAINDER_TILES})."""
+    return f'''"""Generated by convforge.conv.cpu_parallel for K={K}, MB={MB}, TW={TW}, vector={V}, pool={P}, act={act} (transpose v{TRANSPOSE_VERSION}, tile v{TILE_VERSION}, pool v{POOL_VERSION}, pooled tile {PT} v{PTILE_VERSION} fast max {FAST_POOL_MAX} stream {STREAM_OUTPUT}, prefetch {PREFETCH} input {PREFETCH_INPUT}, lanes in {lanes_in} out {lanes_out}, remainder tiles {REMAINDER_TILES}, direct stores {DIRECT})."""
 import numpy as np
 
 from convforge.conv.cpu_parallel import (pool_kernel, pooled_tile_kernel, prefetch_read, prefetch_write, tile_kernel,
@@ -717,9 +753,9 @@ from convforge.conv.cpu_parallel import (pool_kernel, pooled_tile_kernel, prefet
 store_transposed16 = transposed_store()
 prefetchw = prefetch_write()
 prefetchr = prefetch_read()
-conv_tile = tile_kernel({K}, {MB}, {TW}, {V})
-conv_tile1 = tile_kernel({K}, {MB}, 1, {V})
-{"".join(f"conv_tile_r{r} = tile_kernel({K}, {MB}, {r}, {V})" + chr(10) for r in range(1, TW)) if REMAINDER_TILES and not PT else ""}conv_ptile = pooled_tile_kernel({K}, {MB}, {TW}, {V}, {act}) if {PT} else None
+conv_tile = tile_kernel({K}, {MB}, {TW}, {V}, {DIRECT})
+conv_tile1 = tile_kernel({K}, {MB}, 1, {V}, {DIRECT})
+{"".join(f"conv_tile_r{r} = tile_kernel({K}, {MB}, {r}, {V}, {DIRECT})" + chr(10) for r in range(1, TW)) if REMAINDER_TILES and not PT else ""}conv_ptile = pooled_tile_kernel({K}, {MB}, {TW}, {V}, {act}) if {PT} else None
 conv_ptile2 = pooled_tile_kernel({K}, {MB}, 2, {V}, {act}) if {PT} else None
 {stream_line}pool_act = pool_kernel({max(P, 1)}, {MB}, {act})
 
@@ -783,13 +819,13 @@ def get_kernel(kernel: int, block: int, pool: int = 0, act: int = 0, width: Opti
     width, vector = width or choose_width(block), vector or VECTOR
     with _LOCK:
         key = (kernel, block, pool, act, width, vector, bool(pooled_tile), bool(lanes_in), bool(lanes_out),
-               PREFETCH_OUTPUT, REMAINDER_TILES, FAST_POOL_MAX, STREAM_OUTPUT, PREFETCH_INPUT)
+               PREFETCH_OUTPUT, REMAINDER_TILES, FAST_POOL_MAX, STREAM_OUTPUT, PREFETCH_INPUT, DIRECT_STORES)
         if key not in _KERNELS:
             name = (f"cpu_parallel_k{kernel}_mb{block}_tw{width}_v{vector}" + (f"_p{pool}_a{act}" if pool else "")
                     + ("_pt" if pooled_tile else "") + ("_li" if lanes_in else "") + ("_lo" if lanes_out else "")
                     + ("" if REMAINDER_TILES else "_norem") + ("" if PREFETCH_OUTPUT else "_nopf")
                     + ("" if FAST_POOL_MAX else "_slowmax") + ("_nt" if STREAM_OUTPUT else "")
-                    + ("" if PREFETCH_INPUT else "_nopfin"))
+                    + ("" if PREFETCH_INPUT else "_nopfin") + ("" if DIRECT_STORES else "_band"))
             source = kernel_source(kernel, block, pool, act, width, vector, pooled_tile, bool(lanes_in),
                                    bool(lanes_out))
             _KERNELS[key] = jit_generated(name, source, "conv", nogil=True, fastmath={"contract"})
@@ -857,7 +893,8 @@ def prepare_fused(weight: torch.Tensor, bias: Optional[torch.Tensor], activation
 def prepare_lanes(weight: torch.Tensor, bias: Optional[torch.Tensor], lanes_in: bool, lanes_out: bool,
                   config=None):
     """prepare with x and/or y in the lane layout (lane_shape): the returned ``fn(x, out, rows)`` takes x as a
-    (groups, C, H, W, 16) tensor when ``lanes_in`` (else (B, C, H, W)), writes ``out``, a (groups, M, Ho, Wo,
+    (groups, C, H, W, 16) tensor when ``lanes_in`` (else (B, C, H, W), float32, or uint8 when ``lanes_out``:
+    raw images, converted exactly in the input transposes), writes ``out``, a (groups, M, Ho, Wo,
     16) tensor when ``lanes_out`` (else (B, M, Ho, Wo)), for ``rows`` images. The CPU engine's arena uses it
     between layers; prepare_fused(..., lanes_in=, lanes_out=) is the fused form."""
     return _prepare(weight, bias, None, 0, config, lanes_in, lanes_out)
@@ -896,6 +933,9 @@ def _prepare(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Opt
     # Compile now (a one-image call of the same types), so the first timed call runs compiled code.
     fn(np.zeros(lane_shape(1, (channels, kernel, kernel)) if lanes_in else (1, channels, kernel, kernel), np.float32),
        w, b, np.empty(lane_shape(1, (maps, 1, 1)) if lanes_out else (1, maps, 1, 1), np.float32), maps, 0, 1, 0, blocks)
+    if lanes_out and not lanes_in:  # the engine's first layer also takes its raw uint8 images (run_lanes)
+        fn(np.zeros((1, channels, kernel, kernel), np.uint8), w, b, np.empty(lane_shape(1, (maps, 1, 1)), np.float32),
+           maps, 0, 1, 0, blocks)
 
     def out_shape(rows: int, height: int, width: int) -> tuple:
         ho, wo = height - kernel + 1, width - kernel + 1
@@ -919,6 +959,10 @@ def _prepare(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Opt
             if x.dim() != 5 or x.shape[0] < groups or x.shape[1] != channels or x.shape[4] != LANES:
                 raise ValueError(f"x must be a lane-layout ({groups}, {channels}, H, W, {LANES}) tensor, got {tuple(x.shape)}")
             xn = x[:groups].contiguous().numpy()
+        elif x.dtype == torch.uint8:    # raw images (the CPU engine's input): converted in the transposes
+            if x.dim() != 4 or x.shape[1] != channels:
+                raise ValueError(f"x must be a (B, {channels}, H, W) tensor, got {tuple(x.shape)}")
+            xn = x[:rows].contiguous().numpy()
         else:
             xn = check_input(x[:rows], weight.shape)[0]
         shape = out_shape(rows, height, width)
