@@ -519,12 +519,15 @@ def test_fused_layer_design_by_channel_count():
     assert cuda_fused_layer.design(1, cuda_direct.DirectConfig(5, 2))[0] == "direct"
     with pytest.raises(ValueError, match="kernel must be one of"):
         cuda_fused_layer.design(1, {"kernel": "tc"})
-    # a sweep's --write-auto records a row's config as its dataclass fields, without the design's name
-    row = {"mg": 6, "r": 2, "nt": 256, "cs": 0, "minb": 0, "uc": -1, "rows": 1, "chunk": 1}
-    assert cuda_fused_layer.design(1, row) == ("direct", row)
-    assert cuda_fused_layer.design(4, {"tm": 4, "nt": 128, "minb": 1, "ms": 1})[0] == "regtile"
-    assert cuda_fused_layer.design(1, {"nt": 128})[0] == "regtile"      # shared fields alone: as before
+    assert cuda_fused_layer.design(1, {"nt": 128})[0] == "regtile"      # a config without a design name
+    # a sweep's --write-auto names the design of a cuda-fused-layer winner (its two designs share field names)
+    from convforge.harness.sweep import _auto_config
+    row = _auto_config("cuda-fused-layer", 1, cuda_direct.DirectConfig(6, 2, nt=256))
+    assert row["kernel"] == "direct" and cuda_fused_layer.design(1, row)[0] == "direct"
     assert [s.source for s in cuda_fused_layer.kernel_specs(12, 1, 72, 72, 7, 2, "tanh", config=row)] == ["direct.cu"]
+    regtile = _auto_config("cuda-fused-layer", 4, cuda_fused_layer.gemm.RegTileConfig(tm=4, nt=128))
+    assert regtile["kernel"] == "regtile" and cuda_fused_layer.design(4, regtile)[0] == "regtile"
+    assert _auto_config("cuda-direct", 1, cuda_direct.DirectConfig(6, 2)).keys().isdisjoint({"kernel"})
 
 
 def test_tc_rows_planning():

@@ -15,7 +15,7 @@ F.max_pool2d, are never computed):
   layers (fa17 0.361 against 0.456 ms), and the regtile kernel won the four-channel fa20 L2 (1.338 against
   1.585 ms).
 ``config`` picks a design and its launch shape: {"kernel": "direct", "mg": ..} or a regtile config
-({"kernel": "regtile", "tm": ..}, "kernel" optional, as the sweeps pass them). ``prepare`` (no fusion) is
+({"kernel": "regtile", "tm": ..}, "kernel" optional; cuda-auto's table names it). ``prepare`` (no fusion) is
 cuda-fused-gemm.
 Course step: the course's layer fusion (conv + activation + pooling kept on chip), past its milestones.
 Bottleneck: FP32 FFMA issue (and on the one-channel layers the constant-bank weight reads beside it); the
@@ -25,7 +25,6 @@ their stores (fused floor = pooled-output bytes or FLOPs / the measured matmul r
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Optional
 
 import torch
@@ -40,10 +39,6 @@ unavailable_reason = cc.unavailable_reason
 prepare = gemm.prepare
 
 
-_DIRECT_FIELDS = {f.name for f in dataclasses.fields(direct.DirectConfig)}
-_SHARED_FIELDS = _DIRECT_FIELDS & {f.name for f in dataclasses.fields(gemm.RegTileConfig)}
-
-
 def design(C: int, config=None) -> tuple[str, Optional[object]]:
     """(kernel design, its launch config or None for that design's tuned/modelled default) for a layer of C
     input channels: ``direct`` for one channel, ``regtile`` otherwise, unless ``config`` names one."""
@@ -54,10 +49,7 @@ def design(C: int, config=None) -> tuple[str, Optional[object]]:
     if not isinstance(config, dict):
         return "regtile", config          # a RegTileConfig, as the sweeps pass it
     cfg = dict(config)
-    kind = cfg.pop("kernel", None)
-    if kind is None:   # a sweep row's config (a dataclass's fields, no design name): the fields say which
-        own = set(cfg) - _SHARED_FIELDS
-        kind = "direct" if own and own <= _DIRECT_FIELDS else "regtile"
+    kind = cfg.pop("kernel", "regtile")   # sweep --write-auto names the design; a bare dict is a regtile config
     if kind not in DESIGNS:
         raise ValueError(f"kernel must be one of {DESIGNS}, got {kind!r}")
     return kind, cfg or None

@@ -170,6 +170,16 @@ def _config_dict(config) -> Optional[dict]:
     return dict(config)
 
 
+def _auto_config(impl_name: str, C: int, config) -> Optional[dict]:
+    """A winner's configuration as cuda-auto's table keeps it. cuda-fused-layer runs one of two designs whose
+    configurations share field names, so its entries name the design (``"kernel"``) as its config dicts do."""
+    stored = _config_dict(config)
+    if stored is not None and impl_name == "cuda-fused-layer":
+        from convforge.conv import cuda_fused_layer
+        stored = {"kernel": cuda_fused_layer.design(C, config)[0], **stored}
+    return stored
+
+
 # ------------------------------------------------------------------------------------- the sweep
 
 def run_sweep(args) -> int:
@@ -248,7 +258,7 @@ def run_sweep(args) -> int:
                     if ok and impl.exact and impl.name in auto_eligible:
                         key = ((s.M, s.C, s.H, s.W, s.K), pool or 1)
                         if key not in best or ms < best[key][1]:
-                            best[key] = (impl.name, ms, _config_dict(config))
+                            best[key] = (impl.name, ms, _auto_config(impl.name, s.C, config))
                     if ok and args.write_tuning:
                         _note_winner(tuned, impl, spec, pool or 1, config, ms)
     if args.write_auto:
