@@ -35,7 +35,9 @@ TILES = {"tiles": (64, 256), "tiles-fine": (64, 128), "tiles-tall": (128, 256)}
 TILES_THREADS = 128       # dense_tiles.cu THREADS
 # The tensor-core forms (gpu_dense_tc.py, Triton, 3xTF32): (outputs a block BN, reduction step BK, no slice
 # shorter than this many columns, blocks wanted per SM). The rows a block (BM) follow the batch: tc_rows_per_block.
-TC = {"tc3": (32, 32, 256, 8), "tc3-wide": (64, 32, 512, 4)}
+# At 100-10000 rows on an H100 (benchmarks/2026-11-27-h100-dense-3xtf32) no one shape won every layer: 32 x 32
+# for sp18/sp19 at 100 rows, 64 x 64 for fa17 from 100 rows.
+TC = {"tc3": (32, 32, 256, 8), "tc3-wide": (64, 64, 512, 4)}
 TC_WARPS, TC_STAGES = 4, 3
 
 
@@ -52,11 +54,9 @@ def kernel_specs() -> tuple[cc.KernelSpec, ...]:
                  + [tiles_spec(m) for m in sorted({m for m, _ in TILES.values()})])
 
 
-def tc_rows_per_block(rows: int, variant: str = "tc3") -> int:
-    """BM of a tensor-core form: the smallest of 16 / 32 / 64 that holds the rows (an mma is 16 rows tall),
-    128 for tc3-wide from 1024 rows."""
-    if variant == "tc3-wide" and rows >= 1024:
-        return 128
+def tc_rows_per_block(rows: int) -> int:
+    """BM of a tensor-core form: the smallest of 16 / 32 / 64 that holds the rows (an mma is 16 rows tall;
+    128 was slower at 1000-10000 rows but for fa17's layer at 1000)."""
     return next(m for m in (16, 32, 64) if m >= rows or m == 64)
 
 
@@ -64,7 +64,7 @@ def tc_slices(rows: int, outputs: int, depth: int, sm_count: int, variant: str =
     """(slices, slice length) of the reduction for a tensor-core form: the length a multiple of its BK, every
     slice non-empty."""
     bn, bk, min_slice, per_sm = TC[variant]
-    tiles = cc.cdiv(rows, tc_rows_per_block(rows, variant)) * cc.cdiv(outputs, bn)
+    tiles = cc.cdiv(rows, tc_rows_per_block(rows)) * cc.cdiv(outputs, bn)
     wanted = max(1, min(per_sm * sm_count // tiles, depth // min_slice))
     length = cc.cdiv(cc.cdiv(depth, wanted), bk) * bk
     return cc.cdiv(depth, length), length
@@ -112,7 +112,8 @@ class GpuDense:
       gemv, in blocks of 64 / 64 / 128 rows over slices of at least 256 / 128 / 256 columns, summed by gemv's
       sum kernel;
     - ``tc3`` / ``tc3-wide``: gpu_dense_tc.py's Triton kernel on the tensor cores with split TF32 (3xTF32,
-      fp32-accurate), split-K, blocks of 32 / 64 outputs, summed by gemv's sum kernel; for any rows, where
+      fp32-accurate), split-K, blocks of 32 / 64 outputs over steps of 32 / 64 columns, summed by gemv's
+      sum kernel; for any rows, where
       Triton and CuPy are present and the GPU has TF32 (sm_80 on).
     (benchmarks/2026-11-26-h100-h200-whole-network-floors/small_dense.txt)
     ``activation`` (None, tanh, relu, sigmoid) is applied to the output: inside gemv's sum kernel, in place after
@@ -171,7 +172,7 @@ class GpuDense:
             slices, length = tc_slices(rows, outputs, depth, cc.device_info(x.device).sm_count, variant)
             part = scratch((slices, rows, outputs), x.device)
             gpu_dense_tc.launch_part(x, self.weight, part, length,
-                                     (tc_rows_per_block(rows, variant), *TC[variant][:2]), TC_WARPS, TC_STAGES)
+                                     (tc_rows_per_block(rows), *TC[variant][:2]), TC_WARPS, TC_STAGES)
             return self._sum(kernel_specs()[0], part, rows, outputs, slices)
         if not x.is_contiguous() or x.data_ptr() % 16:
             x = x.contiguous() if not x.is_contiguous() else x.clone()

@@ -1,6 +1,6 @@
-# Device call 1: versions, the GPU dense tests, each preset's first dense layer in every form, the whole-network
+# Device calls 1 and 2: versions, the GPU dense tests, each preset's first dense layer in every form, the whole-network
 # A/B (CUDA graph replays, main's dense forms against this branch's, same process) at 10/100/10000 images.
-cd .wt21 && export PYTHONPATH=$PWD
+cd .wt21 && export PYTHONPATH=$PWD && ln -sfn ../../convforge/weights convforge/weights   # the carry leaves the weights (main's, identical) out
 D=benchmarks/2026-11-27-h100-dense-3xtf32
 date -u | tee $OUT/env.txt
 which nvcc | tee -a $OUT/env.txt
