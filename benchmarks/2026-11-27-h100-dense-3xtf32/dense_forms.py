@@ -3,7 +3,7 @@ tensor-core tc3 forms included), a small sweep of other Triton 3xTF32 block shap
 layer as a 1x1 convolution of a 1x1 image. GPU time: CUDA events after a spin (engine.median_seconds), median of 7
 medians of one call per weight copy, the weights rotated over copies that together exceed twice the L2 cache.
 Every form checked against float64 first (relative error printed, <= 1e-5 asserted for the exact forms).
-Usage: PYTHONPATH=. python3 benchmarks/2026-11-27-h100-dense-3xtf32/dense_forms.py"""
+Usage: PYTHONPATH=. python3 benchmarks/2026-11-27-h100-dense-3xtf32/dense_forms.py [preset ...] [rows ...]"""
 import statistics
 import sys
 
@@ -19,7 +19,8 @@ torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
 L2 = torch.cuda.get_device_properties(0).L2_cache_size
 SM = torch.cuda.get_device_properties(0).multi_processor_count
-ROWS = [int(r) for r in sys.argv[1:]] or [10, 100, 1000, 10000]
+ROWS = [int(r) for r in sys.argv[1:] if r.isdigit()] or [10, 100, 1000, 10000]
+ONLY = [a for a in sys.argv[1:] if not a.isdigit()]   # presets to time (default: all)
 # extra Triton shapes: (BM, BN, BK, min slice, blocks per SM, warps, stages)
 SWEEP = [(None, 32, 64, 256, 8, 4, 3), (None, 64, 64, 512, 4, 4, 3), (None, 32, 32, 256, 16, 4, 4),
          (None, 64, 32, 256, 8, 4, 4), (128, 128, 32, 512, 2, 8, 3), (64, 128, 32, 512, 4, 4, 3)]
@@ -28,7 +29,7 @@ SWEEP = [(None, 32, 64, 256, 8, 4, 3), (None, 64, 64, 512, 4, 4, 3), (None, 32, 
 def first_dense_layers():
     seen = {}
     for preset in PRESETS:
-        if preset == "fa17-low":
+        if preset == "fa17-low" or (ONLY and preset not in ONLY):
             continue
         params = load_preset(preset).params
         for name, w in params.items():
