@@ -36,8 +36,9 @@ TILES_THREADS = 128       # dense_tiles.cu THREADS
 # The tensor-core forms (gpu_dense_tc.py, Triton, 3xTF32): (outputs a block BN, reduction step BK, no slice
 # shorter than this many columns, blocks wanted per SM). The rows a block (BM) follow the batch: tc_rows_per_block.
 # At 100-10000 rows on an H100 (benchmarks/2026-11-27-h100-dense-3xtf32) no one shape won every layer: 32 x 32
-# for sp18/sp19 at 100 rows, 64 x 64 for fa17 from 100 rows.
-TC = {"tc3": (32, 32, 256, 8), "tc3-wide": (64, 64, 512, 4)}
+# for sp18/sp19 at 100 rows, 64 x 64 for fa17 from 100 rows, 32 outputs x 64 columns for the 140/160-output
+# layers at 10000 rows (fa18's 17496 -> 160: 1005 against 1152 us for tc3).
+TC = {"tc3": (32, 32, 256, 8), "tc3-wide": (64, 64, 512, 4), "tc3-deep": (32, 64, 256, 8)}
 TC_WARPS, TC_STAGES = 4, 3
 
 
@@ -111,9 +112,9 @@ class GpuDense:
     - ``tiles`` / ``tiles-fine`` / ``tiles-tall``: dense_tiles.cu for TILES_ROWS, under the same conditions as
       gemv, in blocks of 64 / 64 / 128 rows over slices of at least 256 / 128 / 256 columns, summed by gemv's
       sum kernel;
-    - ``tc3`` / ``tc3-wide``: gpu_dense_tc.py's Triton kernel on the tensor cores with split TF32 (3xTF32,
-      fp32-accurate), split-K, blocks of 32 / 64 outputs over steps of 32 / 64 columns, summed by gemv's
-      sum kernel; for any rows, where
+    - ``tc3`` / ``tc3-wide`` / ``tc3-deep``: gpu_dense_tc.py's Triton kernel on the tensor cores with split
+      TF32 (3xTF32, fp32-accurate), split-K, blocks of 32 / 64 / 32 outputs over steps of 32 / 64 / 64
+      columns (TC), summed by gemv's sum kernel; for any rows, where
       Triton and CuPy are present and the GPU has TF32 (sm_80 on).
     (benchmarks/2026-11-26-h100-h200-whole-network-floors/small_dense.txt)
     ``activation`` (None, tanh, relu, sigmoid) is applied to the output: inside gemv's sum kernel, in place after

@@ -327,7 +327,7 @@ def _tc_layers():
 @pytest.mark.gpu
 @needs_cuda
 def test_gpu_dense_tensor_core_3xtf32_matches_float64(monkeypatch):
-    """The tensor-core forms (tc3, tc3-wide: Triton, split TF32, split-K, gemv's sum kernel) at every preset's
+    """The tensor-core forms (tc3, tc3-wide, tc3-deep: Triton, split TF32, split-K, gemv's sum kernel) at every preset's
     dense sizes and odd ones, 1 to 1000 rows (17, 100, 333 not a multiple of a block's rows): within 1e-5 of
     float64 with poisoned (NaN) partial and output buffers, on a transposed input view too, with a fused
     activation, and bit-equal from one call to the next. Plain TF32 through the same kernel and sum, the
@@ -346,7 +346,7 @@ def test_gpu_dense_tensor_core_3xtf32_matches_float64(monkeypatch):
         weight = torch.randn(outputs, depth, device="cuda", generator=gen) / depth ** 0.5
         b = torch.randn(outputs, device="cuda", generator=gen)
         dense = gpu_dense.GpuDense(weight, b, median_seconds)
-        assert {"tc3", "tc3-wide"} <= set(dense.variants) and dense.serves("tc3", 1)
+        assert set(gpu_dense.TC) <= set(dense.variants) and dense.serves("tc3", 1)
         for rows in (1, 17, 100, 333, 1000):
             x = torch.rand(rows, depth, device="cuda", generator=gen) * 255
             ref = torch.nn.functional.linear(x.double(), weight.double(), b.double())
