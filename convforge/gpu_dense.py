@@ -4,7 +4,10 @@ Four forms are cuBLAS calls; the others are this project's split-K kernels, laun
 launcher: ``gemv`` for 1-128 rows (``conv/cuda/dense_gemv.cu``: at 10 images a dense layer is a matrix-vector
 product whose weights, 14.4 MB for fa17, dominate, and cuBLAS runs it on a handful of blocks) and ``tiles`` for
 17-2048 rows (``conv/cuda/dense_tiles.cu``: a register-tiled product over slices of the reduction, for the
-100-image layers whose 100 x 160 outputs cuBLAS covers with a few dozen blocks walking all 17496 columns).
+100-image layers whose 100 x 160 outputs cuBLAS covers with a few dozen blocks walking all 17496 columns);
+``tc3*`` for any rows (``gpu_dense_tc.py``, Triton: the same split-K on the tensor cores with split TF32, fp32
+accurate, imported only when one runs; fa18's layer at 100 rows on an H100 26 us against 36 for tiles, at
+10000 rows 1.01 against 1.38 ms for cuBLAS, benchmarks/2026-11-27-h100-dense-3xtf32).
 Which form wins depends on the layer and the batch (no fixed rule held, see ``GpuDense``), so each layer times
 them the first time a batch size comes, on the GPU alone, and keeps the choice.
 """
