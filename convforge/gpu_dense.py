@@ -4,13 +4,18 @@ Four forms are cuBLAS calls; the others are this project's split-K kernels, laun
 launcher: ``gemv`` for 1-128 rows (``conv/cuda/dense_gemv.cu``: at 10 images a dense layer is a matrix-vector
 product whose weights, 14.4 MB for fa17, dominate, and cuBLAS runs it on a handful of blocks) and ``tiles`` for
 17-2048 rows (``conv/cuda/dense_tiles.cu``: a register-tiled product over slices of the reduction, for the
-100-image layers whose 100 x 160 outputs cuBLAS covers with a few dozen blocks walking all 17496 columns).
+100-image layers whose 100 x 160 outputs cuBLAS covers with a few dozen blocks walking all 17496 columns);
+``tc3*`` for any rows (``gpu_dense_tc.py``, Triton: the same split-K on the tensor cores with split TF32, fp32
+accurate, imported only when one runs; fa18's layer at 100 rows on an H100 26 us against 36 for tiles, at
+10000 rows 1.01 against 1.38 ms for cuBLAS, benchmarks/2026-11-27-h100-dense-3xtf32).
 Which form wins depends on the layer and the batch (no fixed rule held, see ``GpuDense``), so each layer times
 them the first time a batch size comes, on the GPU alone, and keeps the choice.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 from typing import Callable, Optional
 
 import torch
@@ -31,16 +36,47 @@ TILES_PER_SM = 16         # split-K: slices enough for about this many blocks pe
 # 128, sp18 28.7 against 25.0).
 TILES = {"tiles": (64, 256), "tiles-fine": (64, 128), "tiles-tall": (128, 256)}
 TILES_THREADS = 128       # dense_tiles.cu THREADS
+# The tensor-core forms (gpu_dense_tc.py, Triton, 3xTF32): (outputs a block BN, reduction step BK, no slice
+# shorter than this many columns, blocks wanted per SM). The rows a block (BM) follow the batch: tc_rows_per_block.
+# At 100-10000 rows on an H100 (benchmarks/2026-11-27-h100-dense-3xtf32) no one shape won every layer: 32 x 32
+# for sp18/sp19 at 100 rows, 64 x 64 for fa17 from 100 rows, 32 outputs x 64 columns for the 140/160-output
+# layers at 10000 rows (fa18's 17496 -> 160: 1005 against 1152 us for tc3).
+TC = {"tc3": (32, 32, 256, 8), "tc3-wide": (64, 64, 512, 4), "tc3-deep": (32, 64, 256, 8)}
+TC_WARPS, TC_STAGES = 4, 3
 
 
+@functools.cache
 def tiles_spec(rows_per_block: int) -> cc.KernelSpec:
     return cc.KernelSpec.of("dense_tiles.cu", TILE_M=rows_per_block)
 
 
-def kernel_specs() -> list[cc.KernelSpec]:
-    """Every compiled form of dense_gemv.cu (one per row count), then of dense_tiles.cu (one per block height)."""
-    return ([cc.KernelSpec.of("dense_gemv.cu", CF_ROWS=rows) for rows in GEMV_ROWS]
-            + [tiles_spec(m) for m in sorted({m for m, _ in TILES.values()})])
+@functools.cache
+def kernel_specs() -> tuple[cc.KernelSpec, ...]:
+    """Every compiled form of dense_gemv.cu (one per row count), then of dense_tiles.cu (one per block height).
+    Built once (the eager path asks for it on every call)."""
+    return tuple([cc.KernelSpec.of("dense_gemv.cu", CF_ROWS=rows) for rows in GEMV_ROWS]
+                 + [tiles_spec(m) for m in sorted({m for m, _ in TILES.values()})])
+
+
+def tc_rows_per_block(rows: int) -> int:
+    """BM of a tensor-core form: the smallest of 16 / 32 / 64 that holds the rows (an mma is 16 rows tall;
+    128 was slower at 1000-10000 rows but for fa17's layer at 1000)."""
+    return next(m for m in (16, 32, 64) if m >= rows or m == 64)
+
+
+def tc_slices(rows: int, outputs: int, depth: int, sm_count: int, variant: str = "tc3") -> tuple[int, int]:
+    """(slices, slice length) of the reduction for a tensor-core form: the length a multiple of its BK, every
+    slice non-empty."""
+    bn, bk, min_slice, per_sm = TC[variant]
+    tiles = cc.cdiv(rows, tc_rows_per_block(rows)) * cc.cdiv(outputs, bn)
+    wanted = max(1, min(per_sm * sm_count // tiles, depth // min_slice))
+    length = cc.cdiv(cc.cdiv(depth, wanted), bk) * bk
+    return cc.cdiv(depth, length), length
+
+
+def triton_present() -> bool:
+    """Whether Triton can be imported (not importing it: a CPU machine never loads it)."""
+    return importlib.util.find_spec("triton") is not None
 
 
 def tiles_slices(rows: int, outputs: int, depth: int, sm_count: int, variant: str = "tiles") -> tuple[int, int]:
@@ -62,7 +98,7 @@ Measure = Callable[[Callable[[], object], str, int], float]   # (call, device, c
 
 
 class GpuDense:
-    """An exact fp32 dense layer in whichever of five forms measures fastest the first time a batch size comes
+    """An exact fp32 dense layer in whichever of its forms measures fastest the first time a batch size comes
     (each timed by ``measure``, the engine's GPU-only median of 5 calls; the choice is kept per batch size):
 
     - ``linear``: ``x W^T + b`` with the weight as stored (F.linear);
@@ -78,13 +114,17 @@ class GpuDense:
       13.5 us on an H200, benchmarks/2026-11-26-h200-small-batch-fa18-fa19);
     - ``tiles`` / ``tiles-fine`` / ``tiles-tall``: dense_tiles.cu for TILES_ROWS, under the same conditions as
       gemv, in blocks of 64 / 64 / 128 rows over slices of at least 256 / 128 / 256 columns, summed by gemv's
-      sum kernel.
+      sum kernel;
+    - ``tc3`` / ``tc3-wide`` / ``tc3-deep``: gpu_dense_tc.py's Triton kernel on the tensor cores with split
+      TF32 (3xTF32, fp32-accurate), split-K, blocks of 32 / 64 / 32 outputs over steps of 32 / 64 / 64
+      columns (TC), summed by gemv's sum kernel; for any rows, where
+      Triton and CuPy are present and the GPU has TF32 (sm_80 on).
     (benchmarks/2026-11-26-h100-h200-whole-network-floors/small_dense.txt)
     ``activation`` (None, tanh, relu, sigmoid) is applied to the output: inside gemv's sum kernel, in place after
     the cuBLAS forms."""
 
     VARIANTS = ("linear", "transposed", "output-major", "split-k", "gemv", "gemv4", "gemv8", "tiles",
-                "tiles-fine", "tiles-tall")
+                "tiles-fine", "tiles-tall", *TC)
     OWN_KERNELS = ("gemv", "gemv4", "gemv8", *TILES)   # this project's kernels: the conditions of has_gemv
     GEMV_GROUPS = {"gemv": None, "gemv4": 4, "gemv8": 8}   # None: the smallest compiled group that holds the rows
     SPLITS = (16, 12, 8)     # the first that divides K into parts of at least MIN_SPLIT_DEPTH
@@ -103,12 +143,16 @@ class GpuDense:
         self.has_gemv = (weight.device.type == cc.DEVICE_TYPE and depth % 4 == 0 and weight.is_contiguous()
                          and weight.data_ptr() % 16 == 0 and (bias is None or bias.is_contiguous())
                          and (cc.DEVICE_TYPE != "cuda" or cc.unavailable_reason() is None))
+        self.has_tc = (weight.device.type == "cuda" and cc.DEVICE_TYPE == "cuda" and weight.is_contiguous()
+                       and (bias is None or bias.is_contiguous()) and triton_present()
+                       and torch.cuda.get_device_capability(weight.device) >= (8, 0)
+                       and cc.unavailable_reason() is None)
 
     @property
     def variants(self) -> tuple[str, ...]:
         """The forms this layer has (for any batch: ``gemv`` also needs at most 128 rows, see ``serves``)."""
         return tuple(v for v in self.VARIANTS if (v != "split-k" or self.splits)
-                     and (v not in self.OWN_KERNELS or self.has_gemv))
+                     and (v not in self.OWN_KERNELS or self.has_gemv) and (v not in TC or self.has_tc))
 
     def serves(self, variant: str, rows: int) -> bool:
         """Whether ``variant`` runs ``rows`` rows: gemv for at most GEMV_MAX_ROWS, its fixed groups only where
@@ -117,17 +161,25 @@ class GpuDense:
             return False
         if variant in TILES:
             return TILES_ROWS[0] <= rows <= TILES_ROWS[1]
-        if variant not in self.GEMV_GROUPS:
+        if variant not in self.GEMV_GROUPS:   # the cuBLAS and tensor-core forms: any rows
             return True
         group = self.GEMV_GROUPS[variant]
         return rows <= GEMV_MAX_ROWS and (group is None or rows > group)
 
     def _split_k(self, variant: str, x: torch.Tensor) -> torch.Tensor:
-        """gemv or tiles: the partial sums of the reduction's slices, then their ordered sum + bias + activation."""
+        """gemv, tiles or tc3: the partial sums of the reduction's slices, then their ordered sum + bias +
+        activation."""
         rows, depth = x.shape
+        outputs = self.weight.shape[0]
+        if variant in TC:   # Triton: any strides of x
+            from convforge import gpu_dense_tc
+            slices, length = tc_slices(rows, outputs, depth, cc.device_info(x.device).sm_count, variant)
+            part = scratch((slices, rows, outputs), x.device)
+            gpu_dense_tc.launch_part(x, self.weight, part, length,
+                                     (tc_rows_per_block(rows), *TC[variant][:2]), TC_WARPS, TC_STAGES)
+            return self._sum(kernel_specs()[0], part, rows, outputs, slices)
         if not x.is_contiguous() or x.data_ptr() % 16:
             x = x.contiguous() if not x.is_contiguous() else x.clone()
-        outputs = self.weight.shape[0]
         args = (cc.ptr(x), cc.ptr(self.weight))
         if variant in TILES:
             slices, length = tiles_slices(rows, outputs, depth, cc.device_info(x.device).sm_count, variant)
@@ -145,15 +197,19 @@ class GpuDense:
             cc.kernel(spec, "dense_gemv_part", x.device)(
                 (cc.cdiv(outputs, GEMV_OUTPUTS), slices, cc.cdiv(rows, group)), (256,),
                 (*args, cc.ptr(part), cc.i32(rows), cc.i32(depth), cc.i32(outputs)))
-        y = scratch((rows, outputs), x.device)
-        cc.kernel(spec, "dense_gemv_sum", x.device)(
+        return self._sum(spec, part, rows, outputs, slices)
+
+    def _sum(self, spec: cc.KernelSpec, part: torch.Tensor, rows: int, outputs: int, slices: int) -> torch.Tensor:
+        """dense_gemv_sum: y = the slices of ``part`` added in order, + bias, activation."""
+        y = scratch((rows, outputs), part.device)
+        cc.kernel(spec, "dense_gemv_sum", part.device)(
             (cc.cdiv(rows * outputs, SUM_OUTPUTS),), (SUM_OUTPUTS * SUM_GROUPS,),
             (cc.ptr(part), cc.ptr(self.bias), cc.ptr(y), cc.i32(rows), cc.i32(outputs), cc.i32(slices),
              cc.i32(0 if self.bias is None else 1), cc.i32(ACTIVATION_CODES[self.activation])))
         return y
 
     def run(self, variant: str, x: torch.Tensor) -> torch.Tensor:
-        if variant in self.OWN_KERNELS and self.serves(variant, x.shape[0]):
+        if (variant in self.OWN_KERNELS or variant in TC) and self.serves(variant, x.shape[0]):
             return self._split_k(variant, x)
         y = self._product(variant, x)
         return y if self.activation is None else getattr(y, f"{self.activation}_")()   # tanh_, relu_, sigmoid_

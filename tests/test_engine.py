@@ -311,3 +311,76 @@ def test_gpu_dense_gemv_kernel_on_the_gpu(monkeypatch):
         for variant in ("gemv", "gemv4", "linear", "output-major"):
             out = fused.run(variant, x)
             assert ((out.double() - ref).norm() / ref.norm()).item() <= 1e-5, (variant, outputs)
+
+
+def _tc_layers():
+    """Every preset's dense layer sizes (outputs, depth), then odd ones: depth not a multiple of the 32-column
+    step (1030, 203), outputs odd and not a multiple of a block's 32 / 64 (45, 37)."""
+    sizes = []
+    for preset in PRESETS:
+        for name, w in load_preset(preset).params.items():
+            if name.endswith(".weight") and w.dim() == 2 and tuple(w.shape) not in sizes:
+                sizes.append(tuple(w.shape))
+    return sizes + [(45, 1030), (37, 203)]
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_gpu_dense_tensor_core_3xtf32_matches_float64(monkeypatch):
+    """The tensor-core forms (tc3, tc3-wide, tc3-deep: Triton, split TF32, split-K, gemv's sum kernel) at every preset's
+    dense sizes and odd ones, 1 to 1000 rows (17, 100, 333 not a multiple of a block's rows): within 1e-5 of
+    float64 with poisoned (NaN) partial and output buffers, on a transposed input view too, with a fused
+    activation, and bit-equal from one call to the next. Plain TF32 through the same kernel and sum, the
+    known-wrong form, is rejected by the same check at 1e-5."""
+    pytest.importorskip("triton")
+    from convforge import gpu_dense, gpu_dense_tc
+    from convforge.engine import median_seconds
+    if torch.cuda.get_device_capability() < (8, 0):
+        pytest.skip("TF32 tensor cores need sm_80 or newer")
+    monkeypatch.setattr(gpu_dense, "scratch",
+                        lambda shape, device: torch.full(shape, float("nan"), device=device))
+    gen = torch.Generator(device="cuda").manual_seed(21)
+    sm_count = torch.cuda.get_device_properties(0).multi_processor_count
+    wrong = []
+    for outputs, depth in _tc_layers():
+        weight = torch.randn(outputs, depth, device="cuda", generator=gen) / depth ** 0.5
+        b = torch.randn(outputs, device="cuda", generator=gen)
+        dense = gpu_dense.GpuDense(weight, b, median_seconds)
+        assert set(gpu_dense.TC) <= set(dense.variants) and dense.serves("tc3", 1)
+        for rows in (1, 17, 100, 333, 1000):
+            x = torch.rand(rows, depth, device="cuda", generator=gen) * 255
+            ref = torch.nn.functional.linear(x.double(), weight.double(), b.double())
+            for variant in gpu_dense.TC:
+                for view in (x, x.t().contiguous().t()):
+                    out = dense.run(variant, view)
+                    assert out.shape == ref.shape and not out.isnan().any()
+                    err = ((out.double() - ref).norm() / ref.norm()).item()
+                    assert err <= 1e-5, (variant, outputs, depth, rows, err)
+                assert torch.equal(out, dense.run(variant, x))
+            # the same kernel with plain TF32 products: not exact, and the check says so
+            slices, length = gpu_dense.tc_slices(rows, outputs, depth, sm_count)
+            part = gpu_dense.scratch((slices, rows, outputs), x.device)
+            gpu_dense_tc.launch_part(x, weight, part, length, (gpu_dense.tc_rows_per_block(rows), 32, 32),
+                                     gpu_dense.TC_WARPS, gpu_dense.TC_STAGES, precision="tf32")
+            out = dense._sum(gpu_dense.kernel_specs()[0], part, rows, outputs, slices)
+            wrong.append(((out.double() - ref).norm() / ref.norm()).item())
+        fused = gpu_dense.GpuDense(weight, b, median_seconds, "tanh")
+        x = torch.rand(100, depth, device="cuda", generator=gen) * 255
+        ref = torch.tanh(torch.nn.functional.linear(x.double(), weight.double(), b.double()))
+        out = fused.run("tc3", x)
+        assert ((out.double() - ref).norm() / ref.norm()).item() <= 1e-5, ("tanh", outputs, depth)
+    assert min(wrong) > 1e-5, min(wrong)   # every plain-TF32 case fails the exact check
+
+
+def test_gpu_dense_tensor_core_forms_plan(monkeypatch):
+    """The tensor-core forms' plan (no GPU needed): a block's rows follow the batch, the reduction's slices are
+    a multiple of the 32-column step and none is empty; the kernel specs are one table, built once."""
+    from convforge import gpu_dense
+    assert [gpu_dense.tc_rows_per_block(r) for r in (1, 16, 17, 32, 33, 100, 10000)] == [16, 16, 32, 32, 64, 64, 64]
+    for rows, outputs, depth in ((100, 160, 17496), (10, 500, 7200), (333, 45, 1030), (1, 37, 203), (10000, 500, 7200)):
+        for variant in gpu_dense.TC:
+            slices, length = gpu_dense.tc_slices(rows, outputs, depth, 132, variant)
+            assert length % gpu_dense.TC[variant][1] == 0 and (slices - 1) * length < depth <= slices * length
+    # 2 x 5 tiles: min(8 x 132 // 10, 17496 // 256) = 68 slices wanted, of 258 columns -> 288: 61 slices
+    assert gpu_dense.tc_slices(100, 160, 17496, 132) == (61, 288)
+    assert gpu_dense.kernel_specs() is gpu_dense.kernel_specs()

@@ -14,7 +14,7 @@ def test_network_cost_counts_every_layer_and_the_bytes_a_fused_pass_moves():
     cost = network_cost(net, 100)
     conv = 2 * 100 * 50 * 24 * 24 * 1 * 25
     dense = 2 * 100 * (50 * 12 * 12 * 500 + 500 * 10)
-    assert cost.flops == conv + dense
+    assert cost.flops == conv + dense and cost.dense_flops == dense
     weights = 50 * 25 + 50 * 12 * 12 * 500 + 500 + 500 * 10 + 10     # conv (no bias), fc1 and fc2 with bias
     assert sum(v.numel() for v in net.params.values()) == weights
     assert cost.bytes_moved == 4 * (100 * 28 * 28 + weights + 100 * 10)
@@ -26,6 +26,22 @@ def test_two_conv_network_cost():
     conv = 2 * (6 * 44 * 44 * 25) + 2 * (16 * 18 * 18 * 6 * 25)
     dense = 2 * (16 * 18 * 18 * 140 + 140 * 10)
     assert cost.flops == conv + dense
+
+
+def test_exact_floor_counts_dense_layers_at_the_best_exact_rate():
+    """The exact path's dense layers may run on 3xTF32 tensor cores: the floor counts their FLOPs at the larger
+    of the fp32 rate and a third of the TF32 rate, the convolutions' at the fp32 rate."""
+    from convforge.harness.probes import Ceilings
+    from convforge.harness.whole import NetworkCost, exact_floor_s
+    cost = NetworkCost(flops=3_000_000_000, bytes_moved=1000, dense_flops=1_000_000_000)
+    fp32_only = Ceilings(copy_gbps=1000.0, matmul_gflops=50_000.0)
+    assert exact_floor_s(fp32_only, cost) == pytest.approx(3e9 / 50e12)
+    assert exact_floor_s(fp32_only, cost) == pytest.approx(fp32_only.floor_s(cost.flops, cost.bytes_moved))
+    tensor = Ceilings(copy_gbps=1000.0, matmul_gflops=50_000.0, tf32_gflops=450_000.0)   # 3xTF32: 150 TFLOP/s
+    assert exact_floor_s(tensor, cost) == pytest.approx(2e9 / 50e12 + 1e9 / 150e12)
+    slow_tc = Ceilings(copy_gbps=1000.0, matmul_gflops=50_000.0, tf32_gflops=60_000.0)   # 20 < 50: fp32 wins
+    assert exact_floor_s(slow_tc, cost) == pytest.approx(3e9 / 50e12)
+    assert exact_floor_s(tensor, NetworkCost(10, 10**9)) == pytest.approx(1e9 / 1000e9)   # bytes-bound
 
 
 def test_cli_refuses_gpu_only_options_on_the_cpu_with_one_line(cli):

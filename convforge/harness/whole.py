@@ -10,6 +10,9 @@ The network's floor: FLOPs of every layer at the best measured fp32 rate (SGEMM 
 that must move (the float32 input read once, the weights, the logits written) at the best measured bandwidth
 (copy, read or write), whichever is longer. Intermediate maps are not counted: a fused network need not write them.
 The fast path's floor takes the fastest tensor-core rate measured (FP16 or TF32) instead of the fp32 rate.
+The exact path's dense layers may run on the tensor cores with split TF32 (GpuDense's tc3 forms, fp32-accurate):
+their FLOPs count at the best exact rate they may use, the larger of the fp32 rate and the 3xTF32 ceiling
+(``exact_floor_s``), so that the floor stays a floor.
 """
 
 from __future__ import annotations
@@ -32,21 +35,32 @@ BATCHES = (10, 100, 1000, 10000)
 class NetworkCost:
     flops: int
     bytes_moved: int
+    dense_flops: int = 0   # the dense layers' share of ``flops``
+
+
+def exact_floor_s(ceilings, cost: NetworkCost) -> float:
+    """The exact path's floor: the bytes at the best bandwidth, or the convolutions' FLOPs at the fp32 rate plus
+    the dense layers' at the best exact rate they may use (fp32, or 3xTF32 on the tensor cores:
+    ``compute_gflops_for("tf32x3")`` is already the larger of the two), whichever is longer."""
+    compute_s = ((cost.flops - cost.dense_flops) / (ceilings.compute_gflops_for("fp32") * 1e9)
+                 + cost.dense_flops / (ceilings.compute_gflops_for("tf32x3") * 1e9))
+    return max(cost.bytes_moved / (ceilings.bandwidth_gbps * 1e9), compute_s)
 
 
 def network_cost(network: Network, batch: int) -> NetworkCost:
     """FLOPs (2 per multiply-add, convolutions and dense layers) and the bytes a fused pass must move."""
     arch = network.architecture
-    flops = 0
+    flops = dense_flops = 0
     for layer, _, shape_in, shape_out in arch.walk():
         if isinstance(layer, Conv):
             flops += 2 * batch * shape_out[0] * shape_out[1] * shape_out[2] * shape_in[0] * layer.kernel ** 2
         elif isinstance(layer, Dense):
-            flops += 2 * batch * shape_in[0] * shape_out[0]
+            dense_flops += 2 * batch * shape_in[0] * shape_out[0]
+    flops += dense_flops
     inputs = batch * arch.in_channels * arch.input_size ** 2
     weights = sum(int(np.prod(shape)) for shape in arch.param_shapes().values())
     logits = batch * list(arch.walk())[-1][3][0]
-    return NetworkCost(flops, 4 * (inputs + weights + logits))
+    return NetworkCost(flops, 4 * (inputs + weights + logits), dense_flops)
 
 
 def candidates(network: Network, batch: int, compile_batches: Sequence[int]) -> dict[str, Callable[[], Callable]]:
@@ -84,7 +98,7 @@ def bench_network(name: str, batches: Sequence[int], ceilings, compile_batches: 
         with torch.inference_mode():
             reference = forward_with(arch, params64, x.double()).cpu().numpy()
         cost = network_cost(network, batch)
-        floor_ms = ceilings.floor_s(cost.flops, cost.bytes_moved) * 1e3
+        floor_ms = exact_floor_s(ceilings, cost) * 1e3
         # The fast path's layers run on FP16 and TF32 tensor cores: its floor takes the fastest rate it may use.
         fast_floor_ms = ceilings.floor_s(cost.flops, cost.bytes_moved, "mixed") * 1e3
         inputs = rotated_inputs(x)
@@ -100,7 +114,7 @@ def bench_network(name: str, batches: Sequence[int], ceilings, compile_batches: 
             ms = float(np.median(times)) * 1e3
             floor = fast_floor_ms if label.startswith("convforge fast") else floor_ms
             rows.append(dict(model=name, batch=batch, candidate=label, ms=ms, floor_ms=floor,
-                             floor_precision="mixed" if floor is fast_floor_ms else "fp32",
+                             floor_precision="mixed" if floor is fast_floor_ms else "fp32, dense tf32x3",
                              pct_floor=100 * floor / ms, images_per_s=batch / ms * 1e3,
                              gflops=cost.flops / ms / 1e6, relative_error=error, predictions_agree=agree,
                              repeats=len(times)))

@@ -1,0 +1,62 @@
+"""The GPU dense layer on tensor cores, fp32-accurate: split-TF32 ("3xTF32") products, split over the reduction.
+
+``dense_tc_part`` (Triton) computes a BM x BN tile of the partial product ``x[:, slice] W[:, slice]^T`` for one
+slice of the reduction with ``tl.dot(..., input_precision="tf32x3")``: each operand is split into a TF32 big
+part and a TF32 small part (a = a_big + a_small), three TF32 products (small*big, big*small, big*big) are
+accumulated in fp32, which holds the project's exact tolerance (1e-5 relative to float64; plain TF32 does not,
+see tests/test_engine.py). The partial sums go to ``part[slice][row][output]``, the layout of dense_gemv.cu's
+``dense_gemv_sum``, which adds the slices in a fixed order with the bias and activation (deterministic, as the
+other split-K forms). Imported only when a GPU dense layer runs a tensor-core form: Triton is an optional extra
+and a CPU machine never loads it.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def dense_tc_part(x_ptr, w_ptr, part_ptr, M, K, N, slice_len, x_row_vecs, stride_xk, w_row_vecs,
+                  X_VEC: tl.constexpr, W_VEC: tl.constexpr,
+                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PRECISION: tl.constexpr):
+    # The row strides as (vectors of *_VEC floats) x *_VEC: with K % 4 == 0 but not % 16 (fa18's 17496, fa19's
+    # 20184) Triton would otherwise not know that rows start 16 bytes apart, and load one float at a time
+    # (fa18's layer at 100 rows on an H100: 106 us, against 31 us for fa17's, whose K is a multiple of 16;
+    # 42 us with the strides alone).
+    stride_xm = x_row_vecs * X_VEC
+    stride_wn = w_row_vecs * W_VEC
+    pid_n = tl.program_id(0)
+    s = tl.program_id(1)
+    pid_m = tl.program_id(2)
+    rm = pid_m * BM + tl.arange(0, BM)
+    rn = pid_n * BN + tl.arange(0, BN)
+    k_begin = s * slice_len
+    # K as vectors too: the mask k < k_end then holds per 4 columns, else the masked loads stay scalar
+    k_end = tl.minimum(w_row_vecs * W_VEC, k_begin + slice_len)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k0 in range(k_begin, k_end, BK):
+        rk = k0 + tl.arange(0, BK)
+        a = tl.load(x_ptr + rm[:, None] * stride_xm + rk[None, :] * stride_xk,
+                    mask=(rm[:, None] < M) & (rk[None, :] < k_end), other=0.0)
+        b = tl.load(w_ptr + rn[None, :] * stride_wn + rk[:, None],
+                    mask=(rn[None, :] < N) & (rk[:, None] < k_end), other=0.0)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+    offsets = (s * M + rm[:, None]).to(tl.int64) * N + rn[None, :]
+    tl.store(part_ptr + offsets, acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def launch_part(x: torch.Tensor, weight: torch.Tensor, part: torch.Tensor, slice_len: int, block: tuple,
+                warps: int, stages: int, precision: str = "tf32x3") -> None:
+    """part[s] = x[:, s-th slice] @ weight[:, s-th slice]^T for every slice; ``block`` = (BM, BN, BK);
+    ``weight`` contiguous, ``x`` any strides. ``precision`` other than tf32x3 only for the tests' wrong form."""
+    rows, depth = x.shape
+    outputs = weight.shape[0]
+    bm, bn, bk = block
+    grid = (triton.cdiv(outputs, bn), part.shape[0], triton.cdiv(rows, bm))
+    x_vec = 4 if x.stride(0) % 4 == 0 and x.stride(1) == 1 else 1
+    w_vec = 4 if depth % 4 == 0 else 1
+    dense_tc_part[grid](x, weight, part, rows, depth, outputs, slice_len, x.stride(0) // x_vec, x.stride(1),
+                        depth // w_vec, X_VEC=x_vec, W_VEC=w_vec,
+                        BM=bm, BN=bn, BK=bk, PRECISION=precision, num_warps=warps, num_stages=stages)
