@@ -122,10 +122,11 @@ def gpu_lead(device: str) -> int:
     return LEAD_CYCLES if device == "cuda" and hasattr(torch.cuda, "_sleep") else 0
 
 
-def median_seconds(fn: Callable[[], object], device: str, calls: int) -> float:
+def median_seconds(fn: Callable[[], object], device: str, calls: int, launch_hidden: bool = True) -> float:
     """Median seconds of ``calls`` calls of ``fn()``, each on the device alone (the engine's own choices;
-    the harness's ``time_calls`` adds rotation, budgets and counters for reported figures)."""
-    lead = gpu_lead(device)
+    the harness's ``time_calls`` adds rotation, budgets and counters for reported figures); on a GPU
+    without its launch work unless ``launch_hidden`` is False (see Stopwatch)."""
+    lead = gpu_lead(device) if launch_hidden else 0
     times = []
     for _ in range(calls):
         with Stopwatch(device, lead) as watch:
@@ -576,18 +577,19 @@ class GraphedForward:
         self.input = torch.rand((batch, engine.network.architecture.in_channels, size, size), device="cuda") * 255
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
-        with torch.inference_mode(), torch.cuda.stream(side):
+        # The dense layers' forms for a graph are chosen by GPU time (gpu_dense.for_graph), apart from eager's.
+        with torch.inference_mode(), torch.cuda.stream(side), gpu_dense.for_graph():
             for _ in range(2):   # compile, autotune and warm the allocator outside the capture
                 engine.forward(self.input, timed=False)
         torch.cuda.current_stream().wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.inference_mode(), torch.cuda.graph(self.graph):
+        with torch.inference_mode(), torch.cuda.graph(self.graph), gpu_dense.for_graph():
             self.output = engine.forward(self.input, timed=False)
-        # Replayed once at once, and checked against the eager pass: on an H200 (torch 2.11), a bf16 dense
-        # graph first replayed only after other graphs were captured returned non-finite logits, and never
-        # did when replayed before them.
+        # Replayed once at once, and checked against the eager pass in the same forms: on an H200 (torch
+        # 2.11), a bf16 dense graph first replayed only after other graphs were captured returned non-finite
+        # logits, and never did when replayed before them.
         self.graph.replay()
-        with torch.inference_mode():
+        with torch.inference_mode(), gpu_dense.for_graph():
             eager = engine.forward(self.input, timed=False)
         if not torch.equal(self.output, eager):
             raise RuntimeError(f"the CUDA graph of {engine.network.name} at batch {batch} does not reproduce the "

@@ -14,6 +14,8 @@ them the first time a batch size comes, on the GPU alone, and keeps the choice.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import importlib.util
 from typing import Callable, Optional
@@ -94,12 +96,28 @@ def scratch(shape: tuple, device: torch.device) -> torch.Tensor:
     return torch.empty(shape, device=device, dtype=torch.float32)
 
 
-Measure = Callable[[Callable[[], object], str, int], float]   # (call, device, calls) -> median seconds
+# (call, device, calls, launch hidden) -> median seconds
+Measure = Callable[[Callable[[], object], str, int, bool], float]
+
+# Set while a CUDA graph's forward is warmed up and captured (``for_graph``): see GpuDense.__call__.
+_FOR_GRAPH = contextvars.ContextVar("convforge_dense_for_graph", default=False)
+
+
+@contextlib.contextmanager
+def for_graph():
+    """Within: the dense layers choose their forms for a CUDA graph (by GPU time alone; a replay pays no
+    launch work), kept apart from the choices of eager calls."""
+    token = _FOR_GRAPH.set(True)
+    try:
+        yield
+    finally:
+        _FOR_GRAPH.reset(token)
 
 
 class GpuDense:
     """An exact fp32 dense layer in whichever of its forms measures fastest the first time a batch size comes
-    (each timed by ``measure``, the engine's GPU-only median of 5 calls; the choice is kept per batch size):
+    (each timed by ``measure``, the engine's median of 5 calls; the choice is kept per batch size, for eager
+    calls and for CUDA graphs apart, see ``__call__``):
 
     - ``linear``: ``x W^T + b`` with the weight as stored (F.linear);
     - ``transposed``: addmm with ``W^T`` stored contiguous. At 10000 images it took fa17's 7200 -> 500 layer
@@ -139,7 +157,8 @@ class GpuDense:
         self.bias_column = None if bias is None else bias[:, None].contiguous()
         depth = weight.shape[1]
         self.splits = next((s for s in self.SPLITS if depth % s == 0 and depth // s >= self.MIN_SPLIT_DEPTH), None)
-        self.choice: dict[int, str] = {}
+        self.choice: dict[int, str] = {}         # rows -> form, for eager calls
+        self.graph_choice: dict[int, str] = {}   # rows -> form, for CUDA graphs (see __call__)
         self.has_gemv = (weight.device.type == cc.DEVICE_TYPE and depth % 4 == 0 and weight.is_contiguous()
                          and weight.data_ptr() % 16 == 0 and (bias is None or bias.is_contiguous())
                          and (cc.DEVICE_TYPE != "cuda" or cc.unavailable_reason() is None))
@@ -233,16 +252,24 @@ class GpuDense:
                          f"{', '.join(v for v in self.variants if self.serves(v, x.shape[0]))}")
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """y for x, in the form chosen for this batch size: for a CUDA graph (within ``for_graph``) the fastest
+        on the GPU alone, for an eager call the fastest call with its launch work counted. At 10-100 rows an
+        eager pass is launch-bound and a Triton launch costs more host time than CuPy's or cuBLAS's: with
+        GPU-time choices the engine's eager pass ran fa19 at 10 images in 0.42 ms against 0.24
+        (benchmarks/2026-11-27-h100-dense-3xtf32, call 4), while its graph gained."""
         rows = x.shape[0]
-        variant = self.choice.get(rows)
+        launch_hidden = _FOR_GRAPH.get()
+        choices = self.graph_choice if launch_hidden else self.choice
+        variant = choices.get(rows)
         if variant is None:
             if x.is_cuda and torch.cuda.is_current_stream_capturing():
                 return self.run("linear", x)   # no measuring inside a graph capture (callers warm up first)
             served = [v for v in self.variants if self.serves(v, rows)]
-            variant = self.choice[rows] = min(served, key=lambda v: self._seconds(v, x))
+            variant = choices[rows] = min(served, key=lambda v: self._seconds(v, x, launch_hidden))
         return self.run(variant, x)
 
-    def _seconds(self, variant: str, x: torch.Tensor, calls: int = 5) -> float:
-        """Median seconds of one call on the GPU alone (a spin queued ahead hides the launch work)."""
+    def _seconds(self, variant: str, x: torch.Tensor, launch_hidden: bool, calls: int = 5) -> float:
+        """Median seconds of one call: on the GPU alone (a spin queued ahead hides the launch work) or, with
+        ``launch_hidden`` False, from the host's launch to the GPU's end."""
         self.run(variant, x)   # cuBLAS picks and loads its kernel
-        return self.measure(lambda: self.run(variant, x), x.device.type, calls)
+        return self.measure(lambda: self.run(variant, x), x.device.type, calls, launch_hidden)

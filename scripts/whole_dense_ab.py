@@ -52,7 +52,7 @@ def main():
         for _ in range(3):
             for k, (_, g) in graphs.items():
                 times[k].append(replay_ms(g, x))
-        choice = [s.gpu_dense.choice.get(batch) for s in graphs["after"][0].steps if s.gpu_dense]
+        choice = [s.gpu_dense.graph_choice.get(batch) for s in graphs["after"][0].steps if s.gpu_dense]
         row = {"preset": preset, "batch": batch, "before_ms": min(times["before"]),
                "after_ms": min(times["after"]), "rounds": times, "dense_choice": choice,
                "same_predictions": bool(torch.equal(logits["before"].argmax(1), logits["after"].argmax(1))),

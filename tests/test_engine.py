@@ -143,6 +143,36 @@ def test_a_gpu_shared_with_other_work_halves_the_chunk(data_dir, capsys):
     assert engine.chunk < 2000 and "out of cuda memory" in capsys.readouterr().err
 
 
+def test_gpu_dense_chooses_for_graphs_by_gpu_time_and_for_eager_calls_with_launches():
+    """An eager call's form is chosen with its launch work counted, a CUDA graph's (gpu_dense.for_graph) by
+    GPU time alone; each choice is kept apart, per batch size, and made once."""
+    from convforge import gpu_dense
+    # (GPU time, time with the launch): linear fast on the GPU but slow to launch, transposed the other way
+    costs, seen, ran = {"linear": (1.0, 5.0), "transposed": (2.0, 3.0)}, [], []
+
+    def measure(call, device, calls, launch_hidden):
+        call()
+        seen.append(launch_hidden)
+        return costs.get(ran[-1], (9.0, 9.0))[0 if launch_hidden else 1]
+
+    gen = torch.Generator().manual_seed(3)
+    dense = gpu_dense.GpuDense(torch.randn(8, 64, generator=gen), None, measure)
+    run = dense.run
+    dense.run = lambda variant, x: (ran.append(variant), run(variant, x))[1]
+    x = torch.rand(4, 64, generator=gen)
+    dense(x)
+    assert dense.choice == {4: "transposed"} and not dense.graph_choice and set(seen) == {False}
+    seen.clear()
+    with gpu_dense.for_graph():
+        dense(x)
+    assert dense.graph_choice == {4: "linear"} and dense.choice == {4: "transposed"} and set(seen) == {True}
+    seen.clear()
+    dense(x)
+    with gpu_dense.for_graph():
+        dense(x)
+    assert not seen and ran[-2:] == ["transposed", "linear"]   # both kept, each used in its mode
+
+
 @pytest.mark.parametrize("bias", [True, False])
 def test_gpu_dense_layouts_match_float64(bias):
     """Every form the GPU engine's dense layer chooses between is exact, on a transposed (output-major) input
@@ -166,7 +196,7 @@ def test_gpu_dense_layouts_match_float64(bias):
         out = dense(x)
         assert dense.choice[rows] in dense.variants
         assert ((out.double() - ref).norm() / ref.norm()).item() <= 1e-5
-    assert sorted(dense.choice) == [1, 19, 64]
+    assert sorted(dense.choice) == [1, 19, 64] and not dense.graph_choice
     assert GpuDense(weight[:, :203], b, median_seconds).variants == ("linear", "transposed", "output-major")   # 203
     with pytest.raises(ValueError, match="unknown dense variant"):
         dense.run("nonsense", x)
