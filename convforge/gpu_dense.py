@@ -175,12 +175,15 @@ class GpuDense:
 
     def serves(self, variant: str, rows: int) -> bool:
         """Whether ``variant`` runs ``rows`` rows: gemv for at most GEMV_MAX_ROWS, its fixed groups only where
-        the rows need more than one group (else they are plain ``gemv``), tiles for TILES_ROWS."""
+        the rows need more than one group (else they are plain ``gemv``), tiles for TILES_ROWS, the tensor-core
+        forms while rows x K < 2^31."""
         if variant not in self.variants:
             return False
         if variant in TILES:
             return TILES_ROWS[0] <= rows <= TILES_ROWS[1]
-        if variant not in self.GEMV_GROUPS:   # the cuBLAS and tensor-core forms: any rows
+        if variant in TC:   # any rows whose x offsets fit the Triton kernel's 32-bit index arithmetic
+            return rows * self.weight.shape[1] < 2 ** 31
+        if variant not in self.GEMV_GROUPS:   # the cuBLAS forms: any rows
             return True
         group = self.GEMV_GROUPS[variant]
         return rows <= GEMV_MAX_ROWS and (group is None or rows > group)

@@ -171,6 +171,8 @@ def test_gpu_dense_chooses_for_graphs_by_gpu_time_and_for_eager_calls_with_launc
     with gpu_dense.for_graph():
         dense(x)
     assert not seen and ran[-2:] == ["transposed", "linear"]   # both kept, each used in its mode
+    dense.has_tc = True   # as on a GPU with Triton: the tensor-core forms serve rows while rows x K < 2^31
+    assert dense.serves("tc3", 2 ** 25 - 1) and not dense.serves("tc3-wide", 2 ** 25)
 
 
 @pytest.mark.parametrize("bias", [True, False])
