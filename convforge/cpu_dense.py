@@ -49,28 +49,25 @@ MR, PR = TILES[vector_lanes()]
 # (per-round ratios of 25 interleaved rounds, benchmarks/2026-11-25-cpu-fa17-dense-panel/ab_blocking_nc.txt).
 BLOCKING = {16: (256, 192), 8: (256, 192)}
 KC, NC = BLOCKING[vector_lanes()]
-DENSE_VERSION = 5
-# With the lane layout (no pack), each tile call can also prefetch into L2 its share of the next stripe's KC
-# inputs (x comes from DRAM or L3: the previous conv's output, 59-88 MB a chunk). Off: in the engine the dense
-# step measured 0.97-1.07x without it, within this VM's noise (benchmarks/2026-11-26-cpu-whole-fa17-sp18-sp19,
-# ab_whole_4/5.txt); an option for the A/B.
-X_PREFETCH = False
+DENSE_VERSION = 6
+# (Version 5 could also prefetch into L2 each tile call's share of the next stripe's inputs in the lane layout:
+# 0.97-1.07x in the engine, within this VM's noise, benchmarks/2026-11-26-cpu-whole-fa17-sp18-sp19; removed.)
 # A layer with less work per call than this (rows x K x padded N multiply-adds: the 140 -> 10 and 500 -> 10
 # output layers) runs as one work item on the calling thread: handing 12 items to the pool cost more than
 # their arithmetic (0.60 against 0.21 ms for 2048 images of 140 -> 10)
 SMALL_WORK = 1 << 25
+UNROLL = 4      # k steps per iteration of the tile's loop (one W prefetch each)
 
 
-def dense_tile(rows: int, act: int, panels: int = 1, stride: int = 0):
+def dense_tile(rows: int, act: int, panels: int = 1, stride: int = 0, unroll: int = 4):
     """The Numba intrinsic ``tile(xp, x0, w, w0, wk, kc, bias, n0, c, c0, ldc, first, last, pf, pfn)`` for MR = ``rows``
     images and PR = ``panels`` panels: c[c0 + r * ldc + pp * 16 + j] = (first ? bias[n0 + pp * 16 + j] :
     c[...]) + sum over k < kc of xp[x0 + k * S + r] * w[w0 + k * wk + pp * 16 + j] for r < rows,
     pp < panels, j < 16, then activation ``act`` when ``last``; S = ``stride`` (default ``rows``), the images
-    of one packed stripe. Every 4 k it also prefetches into L2 one of the ``pfn`` cache lines of w from
+    of one packed stripe. Every ``unroll`` k it also prefetches into L2 one of the ``pfn`` cache lines of w from
     w[pf] on (the next slice of W, which the hardware prefetchers left to be read from L3 at first use)."""
     stride = stride or rows
-    XPREFETCH = X_PREFETCH
-    key = (rows, act, panels, stride, XPREFETCH)
+    key = (rows, act, panels, stride, unroll)
     if key not in _TILES:
         from llvmlite import ir
         from numba import types
@@ -79,8 +76,8 @@ def dense_tile(rows: int, act: int, panels: int = 1, stride: int = 0):
         from convforge.conv.cpu_parallel import vector_activation
 
         @intrinsic
-        def tile(typingctx, xp, x0, w, w0, wk, kc, bias, n0, c, c0, ldc, first, last, pf, pfn, xpf, xpfn):
-            sig = types.void(xp, x0, w, w0, wk, kc, bias, n0, c, c0, ldc, first, last, pf, pfn, xpf, xpfn)
+        def tile(typingctx, xp, x0, w, w0, wk, kc, bias, n0, c, c0, ldc, first, last, pf, pfn):
+            sig = types.void(xp, x0, w, w0, wk, kc, bias, n0, c, c0, ldc, first, last, pf, pfn)
 
             def codegen(context, builder, signature, args):
                 i64, i32 = ir.IntType(64), ir.IntType(32)
@@ -108,7 +105,6 @@ def dense_tile(rows: int, act: int, panels: int = 1, stride: int = 0):
                 is_first = builder.icmp_signed("!=", as64(11), const(0))
                 is_last = builder.icmp_signed("!=", as64(12), const(0))
                 pfv, pfnv = as64(13), as64(14)
-                xpfv, xpfnv = as64(15), as64(16)
                 i8p = ir.IntType(8).as_pointer()
                 prefetch = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
                     ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0")
@@ -134,18 +130,12 @@ def dense_tile(rows: int, act: int, panels: int = 1, stride: int = 0):
                             acc = accs[r][pp]
                             builder.store(builder.call(fma, [xb, wvs[pp], builder.load(acc)]), acc)
 
-                unroll = 4
                 with cgutils.for_range(builder, builder.sdiv(kcv, const(unroll))) as loop:
                     base = builder.mul(loop.index, const(unroll))
                     line = builder.select(builder.icmp_signed("<", loop.index, pfnv), loop.index, const(0))
                     target = builder.gep(wd, [builder.add(pfv, builder.mul(line, const(16)))], inbounds=True)
                     builder.call(prefetch, [builder.bitcast(target, i8p), ir.Constant(i32, 0), ir.Constant(i32, 2),
                                             ir.Constant(i32, 1)])
-                    if XPREFETCH:   # and one of the xpfn lines of the next stripe's inputs from xp[xpf] on
-                        with cgutils.if_likely(builder, builder.icmp_signed("<", loop.index, xpfnv)):
-                            xt = builder.gep(xd, [builder.add(xpfv, builder.mul(loop.index, const(16)))], inbounds=True)
-                            builder.call(prefetch, [builder.bitcast(xt, i8p), ir.Constant(i32, 0), ir.Constant(i32, 2),
-                                                    ir.Constant(i32, 1)])
                     for u in range(unroll):
                         step(builder.add(base, const(u)))
                 with cgutils.for_range(builder, builder.srem(kcv, const(unroll))) as loop:
@@ -186,11 +176,11 @@ def kernel_source(act: int, rows: int = 0, panels: int = 0, kc: int = 0, nc: int
     R, P, KC, NC = rows or MR, panels or PR, kc or globals()["KC"], nc or globals()["NC"]
     S = stripe_of(R)
     assert S == 16 or not lanes, "the lane layout is 16-image stripes"
-    rest = "\n".join(f"tile_r{q} = dense_tile({R}, {act}, {q}, {S})" for q in range(1, P))
+    rest = "\n".join(f"tile_r{q} = dense_tile({R}, {act}, {q}, {S}, {UNROLL})" for q in range(1, P))
     calls = "\n".join(f"""                    {'if' if q == 1 else 'elif'} rem == {q}:
                         pf, pfn = prefetch_share(groups * gw * K + k0n * {q * NR}, kcn * {q}, u, nt)
                         tile_r{q}(src, x0, wp, groups * gw * K + k0 * {q * NR}, {q * NR}, kc, bias, groups * gw, cc,
-                                  c0 + groups * gw, ldc, first, last, pf, pfn, xpf, xpfn)""" for q in range(1, P))
+                                  c0 + groups * gw, ldc, first, last, pf, pfn)""" for q in range(1, P))
     if S == 16:
         fast_pack = f"""if row + 16 <= b1:             # 16 x 16 blocks transposed in registers
                     start = row * ldx + k0
@@ -203,12 +193,6 @@ def kernel_source(act: int, rows: int = 0, panels: int = 0, kc: int = 0, nc: int
                 """
     else:
         fast_pack = ""
-    if lanes:       # the next stripe of this slice, if x has one: its kc lines, prefetched over this stripe's calls
-        xnext_code = f"""xnext = ((b0 // {S} + t + 1) * K + k0) * {S}
-                    xlines = kc if xnext + kc * {S} <= x.shape[0] else 0
-                    xnext = xnext if xlines else 0"""
-    else:
-        xnext_code = "xnext, xlines = 0, 0"
     if lanes:       # stripe t of the block is lane group (b0 + t * 16) / 16 (blocks start at whole stripes)
         pack = "            src = x"
         stripe_start = f"((b0 // {S} + t) * K + k0) * {S}"
@@ -228,14 +212,14 @@ def kernel_source(act: int, rows: int = 0, panels: int = 0, kc: int = 0, nc: int
                         for k in range(kc):
                             xp[base + k * {S} + r] = 0.0"""
         stripe_start = f"t * kc * {S}"
-    return f'''"""Generated by convforge.cpu_dense: MR={R}, PR={P}, S={S}, NR={NR}, KC={KC}, NC={NC}, act={act}, lanes={lanes}, x prefetch {X_PREFETCH} (v{DENSE_VERSION})."""
+    return f'''"""Generated by convforge.cpu_dense: MR={R}, PR={P}, S={S}, NR={NR}, KC={KC}, NC={NC}, act={act}, lanes={lanes} (v{DENSE_VERSION})."""
 from numba import njit
 
 from convforge.conv.cpu_parallel import transposed_store
 from convforge.cpu_dense import dense_tile
 
 transpose16 = transposed_store()
-tile = dense_tile({R}, {act}, {P}, {S})
+tile = dense_tile({R}, {act}, {P}, {S}, {UNROLL})
 {rest}
 
 
@@ -271,8 +255,6 @@ def dense(x, ldx, K, wp, bias, c, ldc, panels, r0, r1, xp, cs):
                     if row >= b1:
                         break
                     x0 = {stripe_start} + i * {R}
-                    calls = groups + (1 if rem else 0)
-                    {xnext_code}
                     u = t * {S // R} + i
                     if row + {R} <= b1:
                         cc = c
@@ -280,14 +262,10 @@ def dense(x, ldx, K, wp, bias, c, ldc, panels, r0, r1, xp, cs):
                     else:                   # a partial tile: into the scratch tile
                         cc = cs
                         c0 = 0
-                    for g in range(groups + (1 if rem else 0)):
-                        if g < groups:
-                            pf, pfn = prefetch_share((g * K + k0n) * gw, kcn * {P}, u, nt)
-                        # this call's share of the next stripe's inputs (lanes: read in place, from far away)
-                        xpf, xpfn = prefetch_share(xnext, xlines, i * calls + g, {S // R} * calls) if xlines else (0, 0)
-                        if g < groups:
-                            tile(src, x0, wp, (g * K + k0) * gw, gw, kc, bias, g * gw, cc, c0 + g * gw, ldc, first,
-                                 last, pf, pfn, xpf, xpfn)
+                    for g in range(groups):
+                        pf, pfn = prefetch_share((g * K + k0n) * gw, kcn * {P}, u, nt)
+                        tile(src, x0, wp, (g * K + k0) * gw, gw, kc, bias, g * gw, cc, c0 + g * gw, ldc, first, last,
+                             pf, pfn)
 {calls if P > 1 else ""}
                     if last and row + {R} > b1:
                         for r in range(b1 - row):
@@ -304,10 +282,9 @@ def get_kernel(act: int, rows: int = 0, panels: int = 0, kc: int = 0, nc: int = 
     from convforge.conv.cpu_loops import jit_generated
     rows, panels, kc, nc = rows or MR, panels or PR, kc or KC, nc or NC
     with _LOCK:
-        key = (act, rows, panels, kc, nc, bool(lanes), X_PREFETCH)
+        key = (act, rows, panels, kc, nc, bool(lanes), UNROLL)
         if key not in _KERNELS:
-            _KERNELS[key] = jit_generated(f"cpu_dense_a{act}_mr{rows}_pr{panels}_kc{kc}_nc{nc}" + ("_lanes" if lanes else "")
-                                          + ("" if X_PREFETCH else "_noxpf"),
+            _KERNELS[key] = jit_generated(f"cpu_dense_a{act}_mr{rows}_pr{panels}_kc{kc}_nc{nc}" + ("_lanes" if lanes else "") + f"_u{UNROLL}",
                                           kernel_source(act, rows, panels, kc, nc, bool(lanes)), "dense", nogil=True,
                                           fastmath={"contract"})
         return _KERNELS[key]
@@ -318,15 +295,27 @@ def padded(n: int) -> int:
     return -(-n // NR) * NR
 
 
+def aligned_zeros(n: int) -> np.ndarray:
+    """n float32 zeros starting at a multiple of 64 bytes. NumPy's large arrays start 16 bytes past a page
+    (glibc's mmap'd blocks), so a packed W there had every 16-float vector load span two cache lines: fa17's
+    7200 -> 500 layer ran 0.898x (per-round median) of that time with W aligned
+    (benchmarks/2026-11-27-cpu-dense-tile/ab_dense_tiles_1.txt)."""
+    raw = np.zeros(n + 16, np.float32)
+    start = (-raw.ctypes.data % 64) // 4
+    return raw[start:start + n]
+
+
 def pack_weight(w: np.ndarray, panels: int, group: int) -> np.ndarray:
     """W (panels * 16, K) as the kernel reads it: groups of ``group`` panels, wp[g][k][group * 16], then the
-    leftover panels as one narrower group, wp[k][leftover * 16]; flat."""
+    leftover panels as one narrower group, wp[k][leftover * 16]; flat, at a multiple of 64 bytes."""
     k = w.shape[1]
     full = panels // group
     parts = [np.ascontiguousarray(w[:full * group * NR].reshape(full, group * NR, k).transpose(0, 2, 1))]
     if panels > full * group:
         parts.append(np.ascontiguousarray(w[full * group * NR:panels * NR].T))
-    return np.concatenate([p.reshape(-1) for p in parts])
+    out = aligned_zeros(sum(p.size for p in parts))
+    np.concatenate([p.reshape(-1) for p in parts], out=out)
+    return out
 
 
 class DenseLayer:
@@ -357,7 +346,7 @@ class DenseLayer:
         w = np.zeros((self.np, k), np.float32)
         w[:n] = weight.detach().to(torch.float32).numpy()
         self.wp = pack_weight(w, self.panels, self.group)
-        self.bias = np.zeros(self.np, np.float32)
+        self.bias = aligned_zeros(self.np)
         if bias is not None:
             self.bias[:n] = bias.detach().to(torch.float32).numpy()
         self.kernel = get_kernel(ACTIVATION_CODES[activation], self.rows, self.group, self.kc, self.nc, lanes)
@@ -372,7 +361,7 @@ class DenseLayer:
         stripe = stripe_of(self.rows)
         block = 1 if self.lanes else -(-self.nc // stripe) * stripe * self.kc   # no packed inputs with lanes
         while len(self._scratch) < items:
-            self._scratch.append((np.zeros(block, np.float32), np.zeros(self.rows * self.np, np.float32)))
+            self._scratch.append((aligned_zeros(block), aligned_zeros(self.rows * self.np)))
         return self._scratch[:items]
 
     def work_items(self, rows: int, threads: int) -> list[tuple[int, int]]:

@@ -270,9 +270,10 @@ class Engine:
                     from convforge.conv import cpu_parallel
                     if fusion:
                         step.conv_fn = cpu_parallel.prepare_fused(weight, bias, *fusion[:2], lanes_in=step.lanes_in,
-                                                                  lanes_out=step.lanes_out)
+                                                                  lanes_out=step.lanes_out, raw_input=step.raw_input)
                     else:
-                        step.conv_fn = cpu_parallel.prepare_lanes(weight, bias, step.lanes_in, step.lanes_out)
+                        step.conv_fn = cpu_parallel.prepare_lanes(weight, bias, step.lanes_in, step.lanes_out,
+                                                                  raw_input=step.raw_input)
                 elif fusion:
                     step.conv_fn = impl.prepare_fused(weight, bias, *fusion[:2], input_hw=shape_in[1:])
                 else:

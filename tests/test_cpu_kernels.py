@@ -380,7 +380,8 @@ def test_parallel_lane_layouts(cpu_tiles, case, layout):
 def test_parallel_lanes_from_uint8(cpu_tiles, case):
     """The engine's first layer reads its raw uint8 images (converted in the input transposes; a plane of fewer
     than 16 pixels by the scalar repack): batches of 37, 16 and 5 into a reused NaN-poisoned lane-layout
-    buffer, 1 and 2 threads, against float64 of the images as floats."""
+    buffer, 1 and 2 threads, against float64 of the images as floats; prepared with raw_input (the uint8 form
+    compiled at prepare time) and, for the 3 x 3 plane, without (compiled at its first call)."""
     import torch.nn.functional as F
     from convforge.conv import cpu_parallel
     from convforge.models import ACTIVATIONS
@@ -388,9 +389,9 @@ def test_parallel_lanes_from_uint8(cpu_tiles, case):
     _, w, b = random_case((1, channels, height, width), (maps, channels, kernel, kernel),
                           seed=zlib.crc32(repr(("uint8", case)).encode()), bias=True)
     if pool:
-        fn = cpu_parallel.prepare_fused(w, b, activation, pool, lanes_out=True)
-    else:
-        fn = cpu_parallel.prepare_lanes(w, b, False, True)
+        fn = cpu_parallel.prepare_fused(w, b, activation, pool, lanes_out=True, raw_input=True)
+    else:   # the last case without raw_input: its uint8 form compiled at the first call
+        fn = cpu_parallel.prepare_lanes(w, b, False, True, raw_input=kernel > 1 or height > 3)
     ho, wo = height - kernel + 1, width - kernel + 1
     per_image = (maps, ho // pool, wo // pool) if pool else (maps, ho, wo)
     buffer = torch.full(cpu_parallel.lane_shape(37, per_image), float("nan"))
@@ -437,14 +438,12 @@ def test_unpooled_tiles_into_lanes(cpu_tiles, config, direct):
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("x_prefetch", [False, True], ids=["no-xpf", "xpf"])
 @pytest.mark.parametrize("small_work", [0, None], ids=["items", "small-one-item"])
-def test_dense_layer_reads_lane_layout(threads, x_prefetch, small_work, monkeypatch):
+def test_dense_layer_reads_lane_layout(threads, small_work):
     """cpu_dense with ``lanes``: the inputs in cpu-parallel's lane layout (groups, K, 16), read in place (no pack),
     NaN in a last partial group's extra lanes; blocks of NC rounded to whole groups (40 -> 48), KC slices with a
-    tail; batches of different sizes in a row through the reused scratch into NaN-poisoned outputs. With and
-    without the prefetch of the next stripe's inputs (X_PREFETCH: it must not read past x), split into work
-    items as a large layer is (small_work 0) and as one item (SMALL_WORK's default for a layer this small)."""
+    tail; batches of different sizes in a row through the reused scratch into NaN-poisoned outputs, split into
+    work items as a large layer is (small_work 0) and as one item (SMALL_WORK's default for a layer this small)."""
     from convforge import cpu_dense
     from convforge.models import ACTIVATIONS
     if not cpu_dense.lanes_supported():
@@ -452,7 +451,6 @@ def test_dense_layer_reads_lane_layout(threads, x_prefetch, small_work, monkeypa
     k, n = 7 * 16 + 5, 3 * 16 * 3 + 16 + 7
     g = torch.Generator().manual_seed(26)
     w, b = torch.randn(n, k, generator=g), torch.randn(n, generator=g)
-    monkeypatch.setattr(cpu_dense, "X_PREFETCH", x_prefetch)
     layer = cpu_dense.DenseLayer(w, b, "tanh", blocking=(48, 40), lanes=True)
     if small_work is not None:
         layer.small_work = small_work
@@ -522,6 +520,25 @@ def test_dense_layer_matches_float64(shape, tile):
     out2 = np.empty_like(out)
     layer(wide, k + 5, out2)
     assert np.array_equal(out, out2)
+
+
+def test_dense_buffers_start_at_64_bytes():
+    """cpu_dense's packed W, bias and scratch start at a multiple of 64 bytes (NumPy's large arrays start 16
+    bytes past a page: each 16-float load of W spanned two cache lines), hold what they should and stay
+    contiguous float32, for a large W (mmap'd by malloc) and a small one."""
+    from convforge import cpu_dense
+    for n, k in ((500, 7200), (37, 50)):
+        w = torch.randn(n, k, generator=torch.Generator().manual_seed(n))
+        layer = cpu_dense.DenseLayer(w, torch.ones(n), None)
+        arrays = [layer.wp, layer.bias] + [a for pair in layer.scratch(3) for a in pair]
+        assert all(a.ctypes.data % 64 == 0 and a.dtype == np.float32 and a.flags.c_contiguous for a in arrays)
+        wpad = np.zeros((layer.np, k), np.float32)
+        wpad[:n] = w.numpy()
+        ref = np.concatenate([p.reshape(-1) for p in (
+            wpad[:layer.panels // layer.group * layer.group * 16].reshape(-1, layer.group * 16, k).transpose(0, 2, 1),
+            wpad[layer.panels // layer.group * layer.group * 16:].T)])
+        assert np.array_equal(layer.wp, ref)
+        assert np.array_equal(layer.bias[:n], np.ones(n, np.float32)) and not layer.bias[n:].any()
 
 
 @pytest.mark.parametrize("tile", [None, (6, 1), (12, 2)], ids=["this-cpu", "avx2", "12x2"])

@@ -126,8 +126,9 @@ def transposed_store():
     """The Numba intrinsic ``store_transposed16(src, s0, s_step, dst, d0, d_step)`` (Numba imported here).
 
     It does dst[d0 + l * d_step + c] = src[s0 + c * s_step + l] for 0 <= l, c < 16: 16 vector loads of
-    16 floats (or of 16 bytes converted to float, exactly, when src is uint8: the engine's raw images), a 16 x 16 transpose in registers (4 rounds of 16 two-register shuffles, each swapping the
-    off-diagonal halves of 2^k blocks) and 16 vector stores. Numba has no vector types, and the
+    16 floats (or of 16 bytes converted to float, exactly, when src is uint8: the engine's raw images), a
+    16 x 16 transpose in registers (4 rounds of 16 two-register shuffles, each swapping the off-diagonal
+    halves of 2^k blocks) and 16 vector stores. Numba has no vector types, and the
     equivalent scalar loop compiles to gathers at half the speed.
     """
     global _TRANSPOSED_STORE
@@ -879,25 +880,26 @@ def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, config=No
 
 
 def prepare_fused(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Optional[str], pool: int,
-                  config=None, lanes_in: bool = False, lanes_out: bool = False):
+                  config=None, lanes_in: bool = False, lanes_out: bool = False, raw_input: bool = False):
     """conv + bias, then a pool x pool max pool (stride pool) and the activation, in one pass: only the
     pooled map is written (the conv rows stay in the band of accumulators, in L2). ``lanes_in`` /
-    ``lanes_out``: see prepare_lanes."""
+    ``lanes_out`` / ``raw_input``: see prepare_lanes."""
     if activation not in ACTIVATION_CODES:
         raise ValueError(f"unknown activation {activation!r}; cpu-parallel fuses {sorted(map(str, ACTIVATION_CODES))}")
     if pool < 1:
         raise ValueError(f"pool must be 1 or more, got {pool}")
-    return _prepare(weight, bias, activation, pool, config, lanes_in, lanes_out)
+    return _prepare(weight, bias, activation, pool, config, lanes_in, lanes_out, raw_input)
 
 
 def prepare_lanes(weight: torch.Tensor, bias: Optional[torch.Tensor], lanes_in: bool, lanes_out: bool,
-                  config=None):
+                  config=None, raw_input: bool = False):
     """prepare with x and/or y in the lane layout (lane_shape): the returned ``fn(x, out, rows)`` takes x as a
     (groups, C, H, W, 16) tensor when ``lanes_in`` (else (B, C, H, W), float32, or uint8 when ``lanes_out``:
     raw images, converted exactly in the input transposes), writes ``out``, a (groups, M, Ho, Wo,
     16) tensor when ``lanes_out`` (else (B, M, Ho, Wo)), for ``rows`` images. The CPU engine's arena uses it
-    between layers; prepare_fused(..., lanes_in=, lanes_out=) is the fused form."""
-    return _prepare(weight, bias, None, 0, config, lanes_in, lanes_out)
+    between layers; prepare_fused(..., lanes_in=, lanes_out=) is the fused form. ``raw_input``: the uint8
+    form is compiled here too (the engine's first layer with engine.RAW_INPUT); else at its first uint8 call."""
+    return _prepare(weight, bias, None, 0, config, lanes_in, lanes_out, raw_input)
 
 
 def _run_items(fn, args: tuple, items: list) -> None:
@@ -910,7 +912,7 @@ def _run_items(fn, args: tuple, items: list) -> None:
 
 
 def _prepare(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Optional[str], pool: int, config=None,
-             lanes_in: bool = False, lanes_out: bool = False):
+             lanes_in: bool = False, lanes_out: bool = False, raw_input: bool = False):
     maps, channels, kernel, kernel_w = weight.shape
     if kernel != kernel_w:
         raise ValueError(f"square kernels only, got {kernel}x{kernel_w}")
@@ -933,7 +935,7 @@ def _prepare(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Opt
     # Compile now (a one-image call of the same types), so the first timed call runs compiled code.
     fn(np.zeros(lane_shape(1, (channels, kernel, kernel)) if lanes_in else (1, channels, kernel, kernel), np.float32),
        w, b, np.empty(lane_shape(1, (maps, 1, 1)) if lanes_out else (1, maps, 1, 1), np.float32), maps, 0, 1, 0, blocks)
-    if lanes_out and not lanes_in:  # the engine's first layer also takes its raw uint8 images (run_lanes)
+    if raw_input and lanes_out and not lanes_in:    # the engine's first layer takes its raw uint8 images
         fn(np.zeros((1, channels, kernel, kernel), np.uint8), w, b, np.empty(lane_shape(1, (maps, 1, 1)), np.float32),
            maps, 0, 1, 0, blocks)
 
