@@ -284,9 +284,9 @@ def get_kernel(act: int, rows: int = 0, panels: int = 0, kc: int = 0, nc: int = 
     with _LOCK:
         key = (act, rows, panels, kc, nc, bool(lanes), UNROLL)
         if key not in _KERNELS:
-            _KERNELS[key] = jit_generated(f"cpu_dense_a{act}_mr{rows}_pr{panels}_kc{kc}_nc{nc}" + ("_lanes" if lanes else "") + f"_u{UNROLL}",
-                                          kernel_source(act, rows, panels, kc, nc, bool(lanes)), "dense", nogil=True,
-                                          fastmath={"contract"})
+            name = f"cpu_dense_a{act}_mr{rows}_pr{panels}_kc{kc}_nc{nc}" + ("_lanes" if lanes else "") + f"_u{UNROLL}"
+            _KERNELS[key] = jit_generated(name, kernel_source(act, rows, panels, kc, nc, bool(lanes)), "dense",
+                                          nogil=True, fastmath={"contract"})
         return _KERNELS[key]
 
 
