@@ -71,9 +71,7 @@ def tc_slices(rows: int, outputs: int, depth: int, sm_count: int, variant: str =
     slice non-empty."""
     bn, bk, min_slice, per_sm = TC[variant]
     tiles = cc.cdiv(rows, tc_rows_per_block(rows)) * cc.cdiv(outputs, bn)
-    wanted = max(1, min(per_sm * sm_count // tiles, depth // min_slice))
-    length = cc.cdiv(cc.cdiv(depth, wanted), bk) * bk
-    return cc.cdiv(depth, length), length
+    return split_reduction(depth, tiles, per_sm * sm_count, min_slice, bk)
 
 
 def triton_present() -> bool:
@@ -86,8 +84,15 @@ def tiles_slices(rows: int, outputs: int, depth: int, sm_count: int, variant: st
     TILE_K, every slice non-empty."""
     rows_per_block, min_slice = TILES[variant]
     tiles = cc.cdiv(rows, rows_per_block) * cc.cdiv(outputs, TILE_N)
-    wanted = max(1, min(TILES_PER_SM * sm_count // tiles, depth // min_slice))
-    length = cc.cdiv(cc.cdiv(depth, wanted), TILE_K) * TILE_K
+    return split_reduction(depth, tiles, TILES_PER_SM * sm_count, min_slice, TILE_K)
+
+
+def split_reduction(depth: int, tiles: int, blocks: int, min_slice: int, step: int) -> tuple[int, int]:
+    """(slices, slice length) of a split-K reduction of ``depth`` columns over ``tiles`` output tiles: slices
+    enough for about ``blocks`` blocks in all, none shorter than ``min_slice`` columns (each pays its pipeline's
+    fill and a partial sum), the length a multiple of ``step``, every slice non-empty."""
+    wanted = max(1, min(blocks // tiles, depth // min_slice))
+    length = cc.cdiv(cc.cdiv(depth, wanted), step) * step
     return cc.cdiv(depth, length), length
 
 
