@@ -25,13 +25,20 @@ from convforge import conv
 from convforge.errors import UserError
 from convforge import gpu_dense
 from convforge.gpu_dense import GpuDense
-from convforge.models import Activation, Conv, ConvShape, Dense, Flatten, Network, apply_layer, fusion_after
+from convforge.models import Activation, Conv, ConvShape, Dense, Flatten, Network, Pool, apply_layer, fusion_after
 
 # "exact": fp32 arithmetic throughout. "fast": FP16 tensor cores for the many-channel convolutions and TF32
 # ones for the dense layers, both accumulating in fp32 (accuracy reported beside exact by the whole-network
 # benchmark, convforge/harness/whole.py).
 PRECISIONS = ("exact", "fast")
 FAST_CONV = "cuda-tc-fp16"
+# The fast path hands a tensor-core conv's output to the dense layer after it in FP16 (half the bytes written
+# and read back: sp18's conv output is 433 MB in fp32 at 10000 images) when the weights bound every value on the
+# way: the conv's input comes out of tanh or sigmoid (|x| <= 1), so |conv| <= max over maps of sum |w| + |b|, and
+# |dense| <= max over outputs of sum |W| * that. Bounds under HALF_BOUND leave FP16 (max 65504) ample room.
+HALF_HANDOFF = True
+HALF_BOUND = 2.0 ** 14
+BOUNDED_ACTIVATIONS = ("tanh", "sigmoid")
 
 # Bound on the largest activation of one chunk, so memory stays flat for any number of images. On a GPU it
 # is also at most FREE_MEMORY_SHARE of the memory free when the engine is built: a chunk holds its input,
@@ -185,7 +192,8 @@ class _Step:
     conv_fn: Optional[conv.ConvFn] = None
     result: Optional[LayerResult] = None
     skip: int = 0  # following layers the conv kernel already applied (fusion)
-    tf32: bool = False  # the fast path's dense layers: TF32 tensor cores
+    tf32: bool = False  # the fast path's dense layers: TF32 tensor cores (FP16 ones on an FP16 input)
+    half_weight: Optional[torch.Tensor] = None  # the fast path's dense weights in FP16, for an FP16 input
     dense: object = None  # the CPU whole-network path's dense layer (convforge.cpu_dense.DenseLayer)
     # The CPU whole-network path: this step reads / writes cpu-parallel's lane layout (cpu_parallel.lane_shape)
     lanes_in: bool = False
@@ -276,6 +284,8 @@ class Engine:
                                                                   raw_input=step.raw_input)
                 elif fusion:
                     step.conv_fn = impl.prepare_fused(weight, bias, *fusion[:2], input_hw=shape_in[1:])
+                elif precision == "fast" and HALF_HANDOFF and _half_handoff(walk, i, self.params):
+                    step.conv_fn = impl.prepare(weight, bias, input_hw=shape_in[1:], out_dtype=torch.float16)
                 else:
                     step.conv_fn = impl.prepare(weight, bias, input_hw=shape_in[1:])
                 if fusion:
@@ -283,6 +293,8 @@ class Engine:
                     step.result.fused = (f"{activation}+" if activation else "") + f"maxpool{pool}"
             elif isinstance(layer, Dense) and precision == "fast":
                 step.tf32 = True
+                if HALF_HANDOFF and _half_handoff(walk, _conv_before(walk, i), self.params):
+                    step.half_weight = self.params[f"{prefix}.weight"].half()
             elif isinstance(layer, Dense) and self.device == "cuda":
                 activation = _absorbed_activation(walk, i, fuse and gpu_dense.FUSE_ACTIVATION)
                 step.skip = 1 if activation else 0
@@ -324,7 +336,7 @@ class Engine:
         for step in self.steps:
             with self._annotation(step):
                 if step.tf32:
-                    x = _tf32_dense(step.layer, x, self.params, step.prefix)
+                    x = _fast_dense(step, x, self.params)
                 elif step.gpu_dense is not None:
                     x = step.gpu_dense(x)
                 elif step.conv_fn is None:
@@ -553,16 +565,55 @@ class Engine:
         return self._result(predictions.numpy().copy(), labels, total, streams=streams, chunk=chunk)
 
 
-def _tf32_dense(layer: Dense, x: torch.Tensor, params: dict, prefix: str) -> torch.Tensor:
-    """A dense layer on TF32 tensor cores. TF32 is a process-wide cuBLAS switch read at each call, so it is
-    set for this call only (a CUDA graph captures the TF32 kernel). Reading the fp32 activations directly
+def _fast_dense(step: _Step, x: torch.Tensor, params: dict) -> torch.Tensor:
+    """The fast path's dense layer: on TF32 tensor cores for an fp32 input, on FP16 ones (fp32 accumulation,
+    FP16 product rounded once, bias added in fp32) for the FP16 output of the conv before it (HALF_HANDOFF).
+    TF32 and cuBLAS's reduced-precision FP16 reductions are process-wide switches read at each call, so they
+    are set for this call only (a CUDA graph captures the kernel chosen). Reading the fp32 activations directly
     costs no conversion pass (bf16 operands did: 0.11 of fa17's 0.86 ms on an H200)."""
-    allowed = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = True
+    matmul = torch.backends.cuda.matmul
+    saved = matmul.allow_tf32, matmul.allow_fp16_reduced_precision_reduction
+    matmul.allow_tf32, matmul.allow_fp16_reduced_precision_reduction = True, False
     try:
-        return apply_layer(layer, x, params, prefix)
+        if x.dtype == torch.float16 and step.half_weight is not None:
+            y = torch.nn.functional.linear(x.reshape(x.shape[0], -1), step.half_weight).float()
+            bias = params.get(f"{step.prefix}.bias")
+            return y if bias is None else y.add_(bias)
+        return apply_layer(step.layer, x.float(), params, step.prefix)
     finally:
-        torch.backends.cuda.matmul.allow_tf32 = allowed
+        matmul.allow_tf32, matmul.allow_fp16_reduced_precision_reduction = saved
+
+
+def _conv_before(walk: list, j: int) -> int:
+    """The index in ``walk`` of the conv right before layer j with only Flatten layers between, else -1."""
+    j -= 1
+    while j >= 0 and isinstance(walk[j][0], Flatten):
+        j -= 1
+    return j if j >= 0 and isinstance(walk[j][0], Conv) else -1
+
+
+def _half_handoff(walk: list, i: int, params: dict) -> bool:
+    """Whether the conv at walk[i] may write FP16 for the dense layer after it (HALF_HANDOFF): a dense layer
+    follows it (Flatten between at most), its input comes out of a bounded activation (pools between), and the
+    weights bound the conv's and the dense layer's values under HALF_BOUND."""
+    if i < 0:
+        return False
+    j = i + 1
+    while j < len(walk) and isinstance(walk[j][0], Flatten):
+        j += 1
+    if j >= len(walk) or not isinstance(walk[j][0], Dense):
+        return False
+    k = i - 1
+    while k >= 0 and isinstance(walk[k][0], (Pool, Flatten)):
+        k -= 1
+    if k < 0 or not isinstance(walk[k][0], Activation) or walk[k][0].kind not in BOUNDED_ACTIVATIONS:
+        return False
+    conv_prefix, dense_prefix = walk[i][1], walk[j][1]
+    weight, bias = params[f"{conv_prefix}.weight"], params.get(f"{conv_prefix}.bias")
+    per_map = weight.abs().flatten(1).sum(1).double() + (bias.abs().double() if bias is not None else 0)
+    conv_bound = float(per_map.max())
+    dense_bound = float(params[f"{dense_prefix}.weight"].abs().sum(1).double().max()) * conv_bound
+    return conv_bound < HALF_BOUND and dense_bound < HALF_BOUND
 
 
 class GraphedForward:

@@ -665,3 +665,49 @@ def test_emulation_is_suspended_for_gpu_tests(emulation):
     with emulation.suspended():
         assert cc.DEVICE_TYPE == "cuda"
     assert cc.DEVICE_TYPE == "cpu"
+
+
+HALF_OUTPUT_CASES = (((3, 16, 6, 22, 22, 5), {"kernel": "gather"}), ((2, 5, 3, 12, 11, 5), {"kernel": "gather", "rm": 1}),
+                     ((2, 24, 12, 17, 19, 7), None))
+
+
+def _check_half_output(shape, config, device, seed):
+    """cuda-tc-fp16 asked for an FP16 output (the engine's fast-path hand-off to a dense layer): the gather kernel
+    writes float16 within the reduced tolerance of float64, into a NaN-poisoned float16 ``out`` and into its own
+    buffer, NaN/Inf where torch's fp32 conv has them (its exact pass stores FP16 too); other kernels say float32."""
+    from convforge.conv import cuda_tc
+    x, w, b = _data(shape, seed=seed, bias=True)
+    fn = cuda_tc.prepare(w.to(device), b.to(device), precision="fp16", config=config, out_dtype=torch.float16)
+    ref = _reference(x, w, b)
+    out = torch.full(ref.shape, float("nan"), dtype=torch.float16, device=device)
+    got = fn(x.to(device), out=out)
+    assert got is out and got.dtype == torch.float16
+    assert relative_error(got.float(), ref) <= 1e-2
+    fresh = fn(x.to(device))
+    assert fresh.dtype == torch.float16 and relative_error(fresh.float(), ref) <= 1e-2
+    for i, c, h, col, value in _nonfinite_spots(shape, seed):
+        x[i, c, h, col] = value
+    want = F.conv2d(x, w, b).numpy().astype(np.float64)
+    got = fn(x.to(device)).float().cpu().numpy().astype(np.float64)
+    clean = torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0).abs()
+    bound = 1e-2 * np.asarray(reference_layer(clean, w.abs(), b.abs()), dtype=np.float64)
+    assert_nonfinite_as_torch(got, want, np.asarray(reference_layer(x, w, b), dtype=np.float64), bound,
+                              f"tc fp16 half output {shape} {config}")
+    with pytest.raises(ValueError, match="float16"):
+        fn(x.to(device), out=torch.empty(ref.shape, device=device))
+    rows = cuda_tc.prepare(w.to(device), b.to(device), precision="fp16", config={"kernel": "rows"},
+                           out_dtype=torch.float16)
+    assert rows(x.to(device)).dtype == torch.float32   # only the gather kernel writes FP16
+
+
+@needs_cxx
+@pytest.mark.parametrize("case", HALF_OUTPUT_CASES[:2], ids=str)
+def test_emulated_tc_fp16_half_output(emulation, case):
+    _check_half_output(*case, "cpu", zlib.crc32(repr(case).encode()))
+
+
+@needs_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", HALF_OUTPUT_CASES, ids=str)
+def test_gpu_tc_fp16_half_output(case):
+    _check_half_output(*case, "cuda", zlib.crc32(repr(case).encode()))

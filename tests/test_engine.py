@@ -91,9 +91,30 @@ def test_precision_is_checked_before_any_work():
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
+def test_fast_path_hands_fp16_to_dense_only_where_the_weights_bound_it():
+    """The fast path's FP16 hand-off from a conv to the dense layer after it: on the second conv of the presets
+    whose first block ends in tanh (sp18, sp19, fa18, fa19), never after relu (fa20) nor on a conv fed by raw
+    pixels; and not where dense weights scaled up would let a value pass FP16's range."""
+    from convforge import engine
+    from convforge.models import Conv, Dense
+    for name in PRESETS:
+        network = load_preset(name)
+        walk = list(network.architecture.walk())
+        convs = [i for i, (layer, *_) in enumerate(walk) if isinstance(layer, Conv)]
+        chosen = [i for i in convs if engine._half_handoff(walk, i, network.params)]
+        assert chosen == (convs[1:] if name in ("sp18", "sp19", "fa18", "fa19") else []), name
+        for i, (layer, *_) in enumerate(walk):   # each dense layer knows its conv
+            if isinstance(layer, Dense):
+                assert engine._conv_before(walk, i) == (convs[-1] if i == convs[-1] + 2 else -1), (name, i)
+    network = load_preset("sp18")
+    walk = list(network.architecture.walk())
+    params = dict(network.params, **{"fc1.weight": network.params["fc1.weight"] * 8})
+    assert not engine._half_handoff(walk, 3, params)
+
+
 @pytest.mark.gpu
 @needs_cuda
-@pytest.mark.parametrize("name", ["fa17-high", "sp19", "fa20"])
+@pytest.mark.parametrize("name", ["fa17-high", "sp18", "sp19", "fa20"])
 def test_graphed_and_fast_forward_on_fresh_batches(name):
     """A CUDA-graph replay gives the eager forward's logits for each new input (not the captured one); the
     fast path stays within the reduced-precision tolerance of a float64 forward pass."""

@@ -19,7 +19,9 @@ optimisation it reproduces, the bottleneck it expects) and provides:
 Optional keywords, passed only to a ``prepare`` that declares them: ``precision=`` (a module serving
 several registry entries that differ only in precision, e.g. TF32 and FP16 tensor cores) and
 ``input_hw=(H, W)`` (the layer's input size when known, for kernels that bake it in at compile time so
-that compiling stays out of Op Time; they must still accept any input size).
+that compiling stays out of Op Time; they must still accept any input size) and ``out_dtype=`` (a
+reduced-precision kernel that can write FP16 for a consumer that reads FP16; the returned tensor's dtype
+says what was written, and a prepare without the keyword writes float32).
 
 Implementations with ``fuses=True`` also provide ``prepare_fused(weight, bias, activation, pool)``:
 a ConvFn returning activation(conv(x) + bias) max-pooled over pool x pool windows with stride pool,
@@ -96,10 +98,12 @@ class ConvImpl:
         return hook() if hook else None
 
     def prepare(self, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
-                input_hw: Optional[tuple[int, int]] = None, config=None) -> ConvFn:
+                input_hw: Optional[tuple[int, int]] = None, config=None,
+                out_dtype: Optional[torch.dtype] = None) -> ConvFn:
         module = self._module()
+        wanted = {"out_dtype": out_dtype} if out_dtype is not None else {}
         return _call(module.prepare, weight.contiguous(), bias, precision=self.precision, input_hw=input_hw,
-                     **_config(module.prepare, config, self.name))
+                     **wanted, **_config(module.prepare, config, self.name))
 
     def prepare_fused(self, weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Optional[str],
                       pool: int, input_hw: Optional[tuple[int, int]] = None, config=None) -> ConvFn:

@@ -95,6 +95,7 @@ class TcGeometry(LayerShape):
     xsmem: bool = True
     bsmem: bool = True
     cs: int = 0                 # 1: evict-first (streaming) output stores
+    out_half: bool = False      # y in FP16 (CF_OUT_HALF): for a consumer that reads FP16 (``prepare``'s out_dtype)
 
     @property
     def kstep(self): return 16 if self.precision == "fp16" else 8
@@ -119,7 +120,8 @@ class TcGeometry(LayerShape):
         return cc.KernelSpec.of(SOURCE, CF_M=self.M, CF_C=self.C, CF_H=self.H, CF_W=self.W, CF_K=self.K,
                                 CF_PREC=1 if self.precision == "fp16" else 0, CF_RM=self.rm, CF_NT=self.nt,
                                 CF_XSMEM=int(self.xsmem), CF_BSMEM=int(self.bsmem), CF_TF32_ROUND=self.round,
-                                **({"CF_STREAM_STORES": 1} if self.cs else {}))
+                                **({"CF_STREAM_STORES": 1} if self.cs else {}),
+                                **({"CF_OUT_HALF": 1} if self.out_half else {}))
 
 
 CS_CHOICES = {0: "plain stores", 1: "evict-first"}
@@ -381,13 +383,17 @@ class TcLayer:
     loops over images (rows and pairs: units of ib images). Outputs that a non-finite input reached are
     recomputed in exact fp32 inside the kernel (cuda/nonfinite.cuh), so NaN and +-Inf land where torch puts them."""
 
-    def __init__(self, weight, bias, H: int, W: int, precision: str, config: dict):
-        """``config``: the launch config with its "kernel" key (``layer`` fills in the default)."""
+    def __init__(self, weight, bias, H: int, W: int, precision: str, config: dict, half_output: bool = False):
+        """``config``: the launch config with its "kernel" key (``layer`` fills in the default). ``half_output``:
+        write y in FP16 where the kernel can (the gather kernel; the others write float32): ``self.out_dtype``."""
         M, C, K, _ = weight.shape
         self.device = weight.device
         info = cc.device_info(self.device)
         self.geom = plan_any(M, C, H, W, K, precision, config, info.smem_per_block_optin)
         self.kind = kind = config["kernel"]
+        if half_output and kind == "gather":
+            self.geom = replace(self.geom, out_half=True)
+        self.out_dtype = torch.float16 if getattr(self.geom, "out_half", False) else torch.float32
         # the plain fp32 weights (a copy, as the packed ones are): the pairs kernel builds its B fragments from
         # them; every kernel's exact path for the outputs a non-finite input reached reads them
         self.weight = weight.float().contiguous().clone()
@@ -412,7 +418,15 @@ class TcLayer:
         B = x.shape[0]
         if B > cc.INT32_MAX - self.per_unit:   # the kernel counts units of per_unit images in int32
             raise ValueError(f"batch {B} is too large for one launch (at most {cc.INT32_MAX - self.per_unit})")
-        y, result = cc.output(out, (B, g.M, g.ho, g.wo), x)
+        if self.out_dtype == torch.float32:
+            y, result = cc.output(out, (B, g.M, g.ho, g.wo), x)
+        elif out is None:   # the FP16 output is for the caller's next step
+            y = result = torch.empty((B, g.M, g.ho, g.wo), dtype=self.out_dtype, device=x.device)
+        elif out.dtype != self.out_dtype or tuple(out.shape) != (B, g.M, g.ho, g.wo) or not out.is_contiguous():
+            raise ValueError(f"out must be a contiguous float16 {(B, g.M, g.ho, g.wo)} tensor for this FP16-output "
+                             f"layer, got {out.dtype} {tuple(out.shape)}")
+        else:
+            y = result = out
         if y.data_ptr() % self.store_alignment:
             y = torch.empty_like(y)  # vector stores need an aligned buffer (torch allocations always are)
         if y.numel():
@@ -422,19 +436,25 @@ class TcLayer:
         return cc.finish(y, result)
 
 
-def layer(weight, bias, H: int, W: int, precision: str, config=None):
+def layer(weight, bias, H: int, W: int, precision: str, config=None, half_output: bool = False):
     """The tensor-core kernel for one input size: the gather, rows or pairs kernel (config['kernel']); with no
     config, the measured winner for this shape (``tuned_config``) or the per-shape default."""
     M, C, K, _ = weight.shape
     if config is None:
         config = tuned_config(M, C, H, W, K, precision)
     kind = (config or {}).get("kernel") or default_kernel(C, K, M)
-    return TcLayer(weight, bias, H, W, precision, {**(config or {}), "kernel": kind})
+    return TcLayer(weight, bias, H, W, precision, {**(config or {}), "kernel": kind}, half_output)
 
 
 def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, precision: str = "tf32", config=None,
-            input_hw=None):
+            input_hw=None, out_dtype: torch.dtype = torch.float32):
+    """``out_dtype=torch.float16``: the gather kernel writes its output in FP16 (half the bytes, for a consumer
+    that reads FP16; values past 65504 become +-Inf, so the caller bounds them); ``out`` is then a float16 buffer.
+    The rows and pairs kernels write float32 whatever is asked: the returned tensor's dtype says which."""
     weight, bias = cc.check_weight(weight, bias)
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
-    return cc.per_input_size(weight, lambda h, w: layer(weight, bias, h, w, precision, config), input_hw)
+    if out_dtype not in (torch.float32, torch.float16):
+        raise ValueError(f"out_dtype must be torch.float32 or torch.float16, got {out_dtype}")
+    half = out_dtype == torch.float16
+    return cc.per_input_size(weight, lambda h, w: layer(weight, bias, h, w, precision, config, half), input_hw)

@@ -61,9 +61,10 @@ __device__ __forceinline__ bool block_any(bool v)
 // After the main loop of a kernel that computed units of IB images (unit u = images u*IB .. , units blockIdx.x,
 // blockIdx.x + gridDim.x, ...): if any thread of the block saw a non-finite accumulator (seen: its probe is not
 // 0), the block stores the
-// exact fp32 value over every non-finite output of its units (y (B, M, HO, WO), x (B, C, H, W), w (M, C, K, K)).
-template <int C, int H, int W, int K, int M, int NT, int IB>
-__device__ __forceinline__ void redo_nonfinite_outputs(bool seen, float* __restrict__ y, const float* __restrict__ x,
+// exact fp32 value over every non-finite output of its units (y (B, M, HO, WO), x (B, C, H, W), w (M, C, K, K)),
+// in y's element type (stores.cuh's output_element).
+template <int C, int H, int W, int K, int M, int NT, int IB, class T>
+__device__ __forceinline__ void redo_nonfinite_outputs(bool seen, T* __restrict__ y, const float* __restrict__ x,
                                                        const float* __restrict__ w, const float* __restrict__ bias,
                                                        int B)
 {
@@ -72,8 +73,8 @@ __device__ __forceinline__ void redo_nonfinite_outputs(bool seen, float* __restr
     for (long long b0 = (long long)blockIdx.x * IB; b0 < B; b0 += (long long)gridDim.x * IB) {
         const int nimg = B - b0 < IB ? (int)(B - b0) : IB;
         for (int i = threadIdx.x; i < nimg * PER_IMAGE; i += NT) {
-            float* const yp = y + b0 * PER_IMAGE + i;          // written by this block before the vote's barrier
-            if (finite_value(*yp)) continue;
+            T* const yp = y + b0 * PER_IMAGE + i;              // written by this block before the vote's barrier
+            if (finite_value(output_as_float(*yp))) continue;
             const int img = i / PER_IMAGE, rem = i - img * PER_IMAGE, map = rem / (HO * WO);
             const int pos = rem - map * (HO * WO), o = pos / WO, col = pos - o * WO;
             const float* const xp = x + ((b0 + img) * C * H + o) * W + col;
@@ -84,14 +85,14 @@ __device__ __forceinline__ void redo_nonfinite_outputs(bool seen, float* __restr
                 const int c = k / (K * K), r = k - c * (K * K), p = r / K, q = r - p * K;
                 acc = fmaf(__ldg(xp + (c * H + p) * W + q), __ldg(wp + k), acc);
             }
-            store_out(yp, bias != nullptr ? acc + __ldg(bias + map) : acc);
+            store_out(yp, output_element(bias != nullptr ? acc + __ldg(bias + map) : acc, T()));
         }
     }
 }
 
 // The same as a call (not inlined), for a kernel whose other loops the inlined pass disturbs (tc.cu).
-template <int C, int H, int W, int K, int M, int NT, int IB>
-__device__ CF_COLD void redo_nonfinite_outputs_call(bool seen, float* __restrict__ y, const float* __restrict__ x,
+template <int C, int H, int W, int K, int M, int NT, int IB, class T>
+__device__ CF_COLD void redo_nonfinite_outputs_call(bool seen, T* __restrict__ y, const float* __restrict__ x,
                                                     const float* __restrict__ w, const float* __restrict__ bias, int B)
 {
     redo_nonfinite_outputs<C, H, W, K, M, NT, IB>(seen, y, x, w, bias, B);

@@ -22,7 +22,8 @@
 // positions that read it non-finite. Each lane tests map tile 0 of its positions after the k loop; a block that
 // saw one replaces its non-finite outputs by exact fp32 values after its last image (nonfinite.cuh).
 // Constants: CF_M CF_C CF_H CF_W CF_K, CF_PREC (0 tf32, 1 fp16), CF_RM, CF_NT, CF_XSMEM, CF_BSMEM,
-// CF_TF32_ROUND, CF_STREAM_STORES (evict-first output stores).
+// CF_TF32_ROUND, CF_STREAM_STORES (evict-first output stores), CF_OUT_HALF (1: y in FP16, for a consumer that
+// reads FP16: half the output bytes; the caller bounds the values).
 
 #include "async_copy.cuh"
 #include "mma.cuh"
@@ -47,6 +48,9 @@
 #ifndef CF_TF32_ROUND
 #define CF_TF32_ROUND 1
 #endif
+#ifndef CF_OUT_HALF
+#define CF_OUT_HALF 0
+#endif
 
 namespace {
 
@@ -63,6 +67,11 @@ constexpr int BS_WORDS = CF_BSMEM ? KS * NTL * 64 : 0;   // two 32-bit registers
 constexpr int PT = (P + 16 * RM - 1) / (16 * RM);      // position tiles per image
 constexpr int NWARPS = NT / 32;
 static_assert(NT % 32 == 0, "CF_NT must be a multiple of 32");
+#if CF_OUT_HALF
+typedef unsigned short out_t;                          // FP16 bits (stores.cuh's output_element)
+#else
+typedef float out_t;
+#endif
 
 // the byte offset `off` from `base` (offsets are kept in bytes so a gather is one add and one load)
 __device__ __forceinline__ float at(const float* base, int off)
@@ -73,7 +82,7 @@ __device__ __forceinline__ float at(const float* base, int off)
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(CF_NT)
-conv_tc(float* __restrict__ y, const float* __restrict__ x, const unsigned* __restrict__ bfrag,
+conv_tc(out_t* __restrict__ y, const float* __restrict__ x, const unsigned* __restrict__ bfrag,
         const float* __restrict__ w, const float* __restrict__ bias, int B)
 {
     extern __shared__ float4 smem4[];
@@ -183,9 +192,9 @@ conv_tc(float* __restrict__ y, const float* __restrict__ x, const unsigned* __re
                         const int m = n * 8 + 2 * tig + e;
                         if (m < M) {
                             const float bm = bias ? __ldg(bias + m) : 0.0f;
-                            float* ym = y + (b * M + m) * (long long)P;
-                            if (p0 < P) store_out(ym + p0, acc[i][n][e] + bm);
-                            if (p1 < P) store_out(ym + p1, acc[i][n][2 + e] + bm);
+                            out_t* ym = y + (b * M + m) * (long long)P;
+                            if (p0 < P) store_out(ym + p0, output_element(acc[i][n][e] + bm, out_t()));
+                            if (p1 < P) store_out(ym + p1, output_element(acc[i][n][2 + e] + bm, out_t()));
                         }
                     }
                 }
