@@ -192,13 +192,12 @@ class _Step:
     conv_fn: Optional[conv.ConvFn] = None
     result: Optional[LayerResult] = None
     skip: int = 0  # following layers the conv kernel already applied (fusion)
-    tf32: bool = False  # the fast path's dense layers: TF32 tensor cores (FP16 ones on an FP16 input)
-    half_weight: Optional[torch.Tensor] = None  # the fast path's dense weights in FP16, for an FP16 input
+    tf32: bool = False  # the fast path's dense layers: TF32 tensor cores (gpu_dense's FP16 forms on an FP16 input)
     dense: object = None  # the CPU whole-network path's dense layer (convforge.cpu_dense.DenseLayer)
     # The CPU whole-network path: this step reads / writes cpu-parallel's lane layout (cpu_parallel.lane_shape)
     lanes_in: bool = False
     lanes_out: bool = False
-    gpu_dense: Optional["GpuDense"] = None  # the GPU exact path's dense layer (cuBLAS, measured layout)
+    gpu_dense: Optional["GpuDense"] = None  # the GPU dense layer, forms measured (the fast path's: FP16 weights)
     out_shape: tuple = ()  # per-image output shape (the CPU path's buffers)
     lane_buffer: Optional[Callable[[int], tuple]] = None  # rows -> the lane-layout output buffer's shape
     # The CPU whole-network path's first conv into the lane layout: it takes the (B, 1, S, S) uint8 images as
@@ -294,7 +293,10 @@ class Engine:
             elif isinstance(layer, Dense) and precision == "fast":
                 step.tf32 = True
                 if HALF_HANDOFF and _half_handoff(walk, _conv_before(walk, i), self.params):
-                    step.half_weight = self.params[f"{prefix}.weight"].half()
+                    # for the conv's FP16 output (its activation stays a step of its own: an fp32 input, from a
+                    # kernel that could not write FP16, takes the TF32 call and then that step)
+                    step.gpu_dense = GpuDense(self.params[f"{prefix}.weight"].half().contiguous(),
+                                              self.params.get(f"{prefix}.bias"), median_seconds)
             elif isinstance(layer, Dense) and self.device == "cuda":
                 activation = _absorbed_activation(walk, i, fuse and gpu_dense.FUSE_ACTIVATION)
                 step.skip = 1 if activation else 0
@@ -335,8 +337,10 @@ class Engine:
             return logits
         for step in self.steps:
             with self._annotation(step):
-                if step.tf32:
-                    x = _fast_dense(step, x, self.params)
+                if step.tf32 and step.gpu_dense is not None and x.dtype == torch.float16:
+                    x = step.gpu_dense(x.reshape(x.shape[0], -1))
+                elif step.tf32:
+                    x = _tf32_dense(step.layer, x, self.params, step.prefix)
                 elif step.gpu_dense is not None:
                     x = step.gpu_dense(x)
                 elif step.conv_fn is None:
@@ -565,23 +569,16 @@ class Engine:
         return self._result(predictions.numpy().copy(), labels, total, streams=streams, chunk=chunk)
 
 
-def _fast_dense(step: _Step, x: torch.Tensor, params: dict) -> torch.Tensor:
-    """The fast path's dense layer: on TF32 tensor cores for an fp32 input, on FP16 ones (fp32 accumulation,
-    FP16 product rounded once, bias added in fp32) for the FP16 output of the conv before it (HALF_HANDOFF).
-    TF32 and cuBLAS's reduced-precision FP16 reductions are process-wide switches read at each call, so they
-    are set for this call only (a CUDA graph captures the kernel chosen). Reading the fp32 activations directly
+def _tf32_dense(layer: Dense, x: torch.Tensor, params: dict, prefix: str) -> torch.Tensor:
+    """A dense layer on TF32 tensor cores. TF32 is a process-wide cuBLAS switch read at each call, so it is
+    set for this call only (a CUDA graph captures the TF32 kernel). Reading the fp32 activations directly
     costs no conversion pass (bf16 operands did: 0.11 of fa17's 0.86 ms on an H200)."""
-    matmul = torch.backends.cuda.matmul
-    saved = matmul.allow_tf32, matmul.allow_fp16_reduced_precision_reduction
-    matmul.allow_tf32, matmul.allow_fp16_reduced_precision_reduction = True, False
+    allowed = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
     try:
-        if x.dtype == torch.float16 and step.half_weight is not None:
-            y = torch.nn.functional.linear(x.reshape(x.shape[0], -1), step.half_weight).float()
-            bias = params.get(f"{step.prefix}.bias")
-            return y if bias is None else y.add_(bias)
-        return apply_layer(step.layer, x.float(), params, step.prefix)
+        return apply_layer(layer, x.float(), params, prefix)
     finally:
-        matmul.allow_tf32, matmul.allow_fp16_reduced_precision_reduction = saved
+        torch.backends.cuda.matmul.allow_tf32 = allowed
 
 
 def _conv_before(walk: list, j: int) -> int:

@@ -158,13 +158,17 @@ class GpuDense:
         if activation not in ACTIVATION_CODES:
             raise ValueError(f"unknown activation {activation!r}; one of {', '.join(map(str, ACTIVATION_CODES))}")
         self.weight, self.bias, self.measure, self.activation = weight, bias, measure, activation
+        # FP16 weights: the fast path's layer after a conv that wrote FP16 (engine.HALF_HANDOFF). FP16 products,
+        # fp32 sums and bias; only cuBLAS's two layouts and the Triton tensor-core forms read FP16.
+        self.half = weight.dtype == torch.float16
         self.weight_t = weight.t().contiguous()
         self.bias_column = None if bias is None else bias[:, None].contiguous()
         depth = weight.shape[1]
         self.splits = next((s for s in self.SPLITS if depth % s == 0 and depth // s >= self.MIN_SPLIT_DEPTH), None)
         self.choice: dict[int, str] = {}         # rows -> form, for eager calls
         self.graph_choice: dict[int, str] = {}   # rows -> form, for CUDA graphs (see __call__)
-        self.has_gemv = (weight.device.type == cc.DEVICE_TYPE and depth % 4 == 0 and weight.is_contiguous()
+        self.has_gemv = (not self.half and weight.device.type == cc.DEVICE_TYPE and depth % 4 == 0
+                         and weight.is_contiguous()
                          and weight.data_ptr() % 16 == 0 and (bias is None or bias.is_contiguous())
                          and (cc.DEVICE_TYPE != "cuda" or cc.unavailable_reason() is None))
         self.has_tc = (weight.device.type == "cuda" and cc.DEVICE_TYPE == "cuda" and weight.is_contiguous()
@@ -176,7 +180,8 @@ class GpuDense:
     def variants(self) -> tuple[str, ...]:
         """The forms this layer has (for any batch: ``gemv`` also needs at most 128 rows, see ``serves``)."""
         return tuple(v for v in self.VARIANTS if (v != "split-k" or self.splits)
-                     and (v not in self.OWN_KERNELS or self.has_gemv) and (v not in TC or self.has_tc))
+                     and (v not in self.OWN_KERNELS or self.has_gemv) and (v not in TC or self.has_tc)
+                     and (not self.half or v in ("linear", "transposed", *TC)))
 
     def serves(self, variant: str, rows: int) -> bool:
         """Whether ``variant`` runs ``rows`` rows: gemv for at most GEMV_MAX_ROWS, its fixed groups only where
@@ -202,8 +207,8 @@ class GpuDense:
             from convforge import gpu_dense_tc
             slices, length = tc_slices(rows, outputs, depth, cc.device_info(x.device).sm_count, variant)
             part = scratch((slices, rows, outputs), x.device)
-            gpu_dense_tc.launch_part(x, self.weight, part, length,
-                                     (tc_rows_per_block(rows), *TC[variant][:2]), TC_WARPS, TC_STAGES)
+            gpu_dense_tc.launch_part(x, self.weight, part, length, (tc_rows_per_block(rows), *TC[variant][:2]),
+                                     TC_WARPS, TC_STAGES, "tf32" if self.half else "tf32x3")
             return self._sum(kernel_specs()[0], part, rows, outputs, slices)
         if not x.is_contiguous() or x.data_ptr() % 16:
             x = x.contiguous() if not x.is_contiguous() else x.clone()
@@ -242,6 +247,15 @@ class GpuDense:
         return y if self.activation is None else getattr(y, f"{self.activation}_")()   # tanh_, relu_, sigmoid_
 
     def _product(self, variant: str, x: torch.Tensor) -> torch.Tensor:
+        if self.half and variant in ("linear", "transposed"):   # FP16 out of cuBLAS (fp32 sums), bias in fp32
+            matmul = torch.backends.cuda.matmul
+            reduced, matmul.allow_fp16_reduced_precision_reduction = matmul.allow_fp16_reduced_precision_reduction, False
+            try:
+                y = (torch.nn.functional.linear(x, self.weight) if variant == "linear" else torch.mm(x, self.weight_t))
+            finally:
+                matmul.allow_fp16_reduced_precision_reduction = reduced
+            y = y.float()
+            return y if self.bias is None else y.add_(self.bias)
         if variant == "linear":
             return torch.nn.functional.linear(x, self.weight, self.bias)
         if variant == "transposed":

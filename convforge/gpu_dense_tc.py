@@ -1,4 +1,5 @@
-"""The GPU dense layer on tensor cores, fp32-accurate: split-TF32 ("3xTF32") products, split over the reduction.
+"""The GPU dense layer on tensor cores, fp32-accurate: split-TF32 ("3xTF32") products, split over the reduction
+(and, for the fast path, the same kernel on FP16 operands).
 
 ``dense_tc_part`` (Triton) computes a BM x BN tile of the partial product ``x[:, slice] W[:, slice]^T`` for one
 slice of the reduction with ``tl.dot(..., input_precision="tf32x3")``: each operand is split into a TF32 big
@@ -50,13 +51,15 @@ def dense_tc_part(x_ptr, w_ptr, part_ptr, M, K, N, slice_len, x_row_vecs, stride
 def launch_part(x: torch.Tensor, weight: torch.Tensor, part: torch.Tensor, slice_len: int, block: tuple,
                 warps: int, stages: int, precision: str = "tf32x3") -> None:
     """part[s] = x[:, s-th slice] @ weight[:, s-th slice]^T for every slice; ``block`` = (BM, BN, BK);
-    ``weight`` contiguous, ``x`` any strides. ``precision`` other than tf32x3 only for the tests' wrong form."""
+    ``weight`` contiguous, ``x`` any strides. ``precision``: tf32x3 for fp32 operands (tf32 only for the tests'
+    wrong form); FP16 operands (the fast path's layer, x and weight both FP16) ignore it."""
     rows, depth = x.shape
     outputs = weight.shape[0]
     bm, bn, bk = block
     grid = (triton.cdiv(outputs, bn), part.shape[0], triton.cdiv(rows, bm))
-    x_vec = 4 if x.stride(0) % 4 == 0 and x.stride(1) == 1 else 1
-    w_vec = 4 if depth % 4 == 0 else 1
+    vec = 16 // x.element_size()   # elements of a 16-byte load
+    x_vec = vec if x.stride(0) % vec == 0 and x.stride(1) == 1 else 1
+    w_vec = vec if depth % vec == 0 else 1
     dense_tc_part[grid](x, weight, part, rows, depth, outputs, slice_len, x.stride(0) // x_vec, x.stride(1),
                         depth // w_vec, X_VEC=x_vec, W_VEC=w_vec,
                         BM=bm, BN=bn, BK=bk, PRECISION=precision, num_warps=warps, num_stages=stages)

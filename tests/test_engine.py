@@ -225,6 +225,30 @@ def test_gpu_dense_layouts_match_float64(bias):
         dense.run("nonsense", x)
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, needs_cuda])])
+def test_gpu_dense_fp16_forms_match_float64(device):
+    """The fast path's dense layer on FP16 weights (after a conv that wrote FP16): cuBLAS's two layouts and, on a
+    GPU with Triton, the tensor-core forms on FP16 operands, all within the reduced tolerance of float64 with an
+    fp32 result, bias added in fp32; the fp32-only forms are not offered."""
+    from convforge.engine import median_seconds
+    from convforge.gpu_dense import TC, GpuDense
+    gen = torch.Generator().manual_seed(9)
+    weight = (torch.randn(140, 10816, generator=gen) * 0.01).to(device)
+    bias = torch.randn(140, generator=gen).to(device)
+    dense = GpuDense(weight.half(), bias, median_seconds)
+    expected = ("linear", "transposed") + (tuple(TC) if device == "cuda" and dense.has_tc else ())
+    assert dense.variants == expected
+    for rows in (3, 100, 1000):
+        x = (torch.rand(rows, 10816, generator=gen) * 2 - 1).to(device)
+        ref = torch.nn.functional.linear(x.double(), weight.double(), bias.double())
+        for variant in dense.variants:
+            out = dense.run(variant, x.half())
+            assert out.dtype == torch.float32 and out.shape == ref.shape
+            assert ((out.double() - ref).norm() / ref.norm()).item() <= 1e-2, (variant, rows)
+        chosen = dense(x.half())   # the measured choice, made once for this batch size
+        assert dense.choice[rows] in dense.variants and ((chosen.double() - ref).norm() / ref.norm()).item() <= 1e-2
+
+
 def test_an_implementation_that_reads_the_host_is_refused_for_cuda_graphs():
     """fft reads max|x| on the host every call (its non-finite check): a graph capture is refused up front."""
     from convforge.conv import IMPLEMENTATIONS, get

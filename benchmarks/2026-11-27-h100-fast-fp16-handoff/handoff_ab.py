@@ -58,6 +58,9 @@ def main():
                         t = time_calls(graphs[label], inputs, "cuda", repeat=30 if batch > 1000 else 200,
                                        timing="call")
                     per_round[label].append(float(np.median(t)) * 1e3)
+            for label, e in engines.items():
+                forms = [(s.prefix, s.gpu_dense.graph_choice.get(batch)) for s in e.steps if s.gpu_dense is not None]
+                print(f"{name:9s} {batch:6d} {label:20s} dense forms in the graph: {forms}", flush=True)
             for label in engines:
                 ms = statistics.median(per_round[label])
                 ratio = [a / b for a, b in zip(per_round["exact"], per_round[label])]
