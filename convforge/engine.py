@@ -28,8 +28,8 @@ from convforge.gpu_dense import GpuDense
 from convforge.models import Activation, Conv, ConvShape, Dense, Flatten, Network, Pool, apply_layer, fusion_after
 
 # "exact": fp32 arithmetic throughout. "fast": FP16 tensor cores for the many-channel convolutions and TF32
-# ones for the dense layers, both accumulating in fp32 (accuracy reported beside exact by the whole-network
-# benchmark, convforge/harness/whole.py).
+# ones for the dense layers (FP16 ones after a conv that wrote FP16, HALF_HANDOFF), all accumulating in fp32
+# (accuracy reported beside exact by the whole-network benchmark, convforge/harness/whole.py).
 PRECISIONS = ("exact", "fast")
 FAST_CONV = "cuda-tc-fp16"
 # The fast path hands a tensor-core conv's output to the dense layer after it in FP16 (half the bytes written

@@ -249,9 +249,10 @@ class GpuDense:
     def _product(self, variant: str, x: torch.Tensor) -> torch.Tensor:
         if self.half and variant in ("linear", "transposed"):   # FP16 out of cuBLAS (fp32 sums), bias in fp32
             matmul = torch.backends.cuda.matmul
-            reduced, matmul.allow_fp16_reduced_precision_reduction = matmul.allow_fp16_reduced_precision_reduction, False
+            reduced = matmul.allow_fp16_reduced_precision_reduction
+            matmul.allow_fp16_reduced_precision_reduction = False   # fp32 split-K sums too (read at each call)
             try:
-                y = (torch.nn.functional.linear(x, self.weight) if variant == "linear" else torch.mm(x, self.weight_t))
+                y = torch.nn.functional.linear(x, self.weight) if variant == "linear" else torch.mm(x, self.weight_t)
             finally:
                 matmul.allow_fp16_reduced_precision_reduction = reduced
             y = y.float()

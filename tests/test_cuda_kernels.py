@@ -667,7 +667,8 @@ def test_emulation_is_suspended_for_gpu_tests(emulation):
     assert cc.DEVICE_TYPE == "cpu"
 
 
-HALF_OUTPUT_CASES = (((3, 16, 6, 22, 22, 5), {"kernel": "gather"}), ((2, 5, 3, 12, 11, 5), {"kernel": "gather", "rm": 1}),
+HALF_OUTPUT_CASES = (((3, 16, 6, 22, 22, 5), {"kernel": "gather"}),
+                     ((2, 5, 3, 12, 11, 5), {"kernel": "gather", "rm": 1}),
                      ((2, 24, 12, 17, 19, 7), None))
 
 
