@@ -260,6 +260,37 @@ def test_fused_blocks(case):
     _assert_close(check_call(fn, x, ref, tolerance), fn, x, ref, tolerance, f"fused blocks {case}")
 
 
+# triton-tc-fused (FP16 tensor cores, fp16 operands also under the interpreter: always the 1e-2 tolerance).
+# (B, M, C, H, W, K, activation, pool, bias)
+TC_FUSED = [
+    (2, 16, 4, 40, 40, 7, "relu", 4, True),     # fa20 L2: 34x34 -> 8x8 (two conv rows/cols past the windows)
+    (2, 5, 3, 13, 13, 3, "tanh", 2, True),      # odd: 11x11 -> 5x5
+    (2, 5, 3, 13, 13, 3, None, 1, False),       # pool 1: the plain convolution
+    (2, 7, 3, 12, 11, 3, "sigmoid", 3, True),   # pool 3: windows padded to 16 rows
+    (1, 70, 2, 9, 9, 3, "relu", 2, False),      # M = 70: two map blocks of 64
+]
+
+
+@pytest.mark.parametrize("case", TC_FUSED, ids=lambda c: f"B{c[0]}M{c[1]}C{c[2]}H{c[3]}W{c[4]}K{c[5]}-{c[6]}-pool{c[7]}")
+def test_tc_fused_matches_reference(case):
+    batch, maps, channels, height, width, kernel, activation, pool, bias = case
+    impl = conv.get("triton-tc-fused")
+    x, w, b = _case((batch, maps, channels, height, width, kernel), seed=maps + pool + 1, bias=bias)
+    fn = impl.prepare_fused(w, b, activation, pool) if (activation or pool > 1) else impl.prepare(w, b)
+    ref = reference_layer(x, w, b, activation, pool)
+    _assert_close(check_call(fn, x, ref, impl.tolerance), fn, x, ref, impl.tolerance, f"tc fused {case}")
+
+
+def test_tc_fused_checker_rejects_a_wrong_window_order(monkeypatch):
+    """A kernel that pools the wrong rows (here: windows of the transposed layout) must fail the check."""
+    from convforge.conv import triton_tc_fused
+    x, w, b = _case((1, 5, 3, 13, 13, 3), seed=4, bias=True)
+    fn = triton_tc_fused.prepare_fused(w, b, "tanh", 2)
+    ref = reference_layer(x, w, b, "tanh", 2)
+    wrong = lambda x, out=None: fn(x.transpose(2, 3).contiguous(), out)   # noqa: E731
+    assert check_call(wrong, x, ref, conv.get("triton-tc-fused").tolerance).error > 1e-2
+
+
 def test_gemm_tf32x3_is_exact():
     """The optional three-pass TF32 precision must meet the exact tolerance (it is fp32-accurate)."""
     from convforge.conv import triton_gemm
@@ -286,6 +317,8 @@ def test_registry_entries():
         assert impl.header.splitlines()[0].startswith(name.split("-tf32")[0]), impl.header[:80]
         assert impl._module().unavailable_reason() is None
     assert conv.get("triton-fused-layer").fuses
+    assert conv.get("triton-tc-fused").fuses and conv.get("triton-tc-fused").precision == "fp16"
+    assert conv.get("triton-tc-fused").header.startswith("triton-tc-fused")
 
 
 def test_rejects_bad_input():

@@ -1,0 +1,209 @@
+"""triton-tc-fused: implicit GEMM on FP16 tensor cores with bias + activation + max pool in the epilogue.
+
+Technique: triton-gemm's implicit GEMM (output positions x maps, reduction over C*K*K in BLOCK_K steps
+through its table of input offsets, ``triton_gemm.reduction_offsets``) with tl.dot on FP16 operands:
+the fp32 input is gathered and converted to fp16 in registers, the weights are packed once, in
+prepare, as a zero-padded fp16 (K_pad, N) matrix (N: the maps padded to a power of two >= 16, the
+dot's minimum), and the products accumulate in fp32. The block's BLOCK_M rows (conv output positions)
+are ordered window by window: each pool x pool window is PPW = pow2(pool^2) consecutive rows (a pool
+whose square is not a power of two repeats the window's last position in the spare rows, which leaves
+the max unchanged), so the epilogue reshapes the (BLOCK_M, N) accumulator to (windows, PPW, N) and
+takes the max over the middle axis, then adds the bias and applies the activation once per pooled
+output (tanh / relu / sigmoid / none by tl.constexpr; all are monotone, so act(max + bias) =
+max(act(conv + bias))), and stores only the pooled map. Windows follow F.max_pool2d's floor semantics:
+conv rows and columns past the last whole window are never computed. ``prepare`` (no fusion) is the
+same kernel with pool 1 and no activation. The reduction runs KRED // BLOCK_K unmasked steps and one
+masked tail step (the padded offsets point at a valid input, but 0 * inf would be NaN).
+Precision: FP16 inputs and weights (11-bit mantissas), fp32 sums: the reduced tolerance (1e-2).
+Inputs or weights past the fp16 range (|v| > 65504) become inf: this kernel is for the fast path of
+networks with image-scale inputs, not for arbitrary data.
+Course step: the tensor-core (FP16) optimisation of milestone 4 combined with its kernel fusion
+("fuse the unrolling, the matrix multiply and the pooling"): cuda-tc-fp16's arithmetic with
+cuda-fused-layer's output.
+Bottleneck: the A gather (one 4-byte load, one convert per A element: C*K*K per conv position) and
+its path through shared memory to the tensor cores; the MMAs themselves and the pooled output write
+are small (fa20 L2: 16 maps, pool 4 cuts the output 16-fold).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from convforge.conv import triton_common as common
+from convforge.conv import triton_gemm
+
+triton, tl = common.triton, common.tl
+
+
+@dataclass(frozen=True)
+class TcConfig:
+    """Launch shape: BLOCK_M conv positions (whole windows) x the maps block per program, BLOCK_K
+    reduction indices per tl.dot step, warps and software-pipeline depth."""
+    block_m: int = 128
+    block_k: int = 32
+    num_warps: int = 4
+    num_stages: int = 3
+
+    def __post_init__(self):
+        for name in ("block_m", "block_k"):
+            v = getattr(self, name)
+            if v < 16 or v & (v - 1):
+                raise ValueError(f"{name} must be a power of two of at least 16, got {v}")
+        if self.block_k > triton_gemm.K_ALIGN:
+            raise ValueError(f"block_k must be at most {triton_gemm.K_ALIGN} (the offset table's padding)")
+
+    def launch_options(self) -> dict:
+        return dict(num_warps=self.num_warps, num_stages=self.num_stages)
+
+
+# Measured on fa20 L2 (relu + pool 4, B = 10000, H100): see choose_config.
+DEFAULT = TcConfig(128, 32, 4, 3)
+SWEEP = (TcConfig(64, 32, 4, 3), TcConfig(128, 16, 4, 3), TcConfig(128, 32, 4, 2), TcConfig(128, 32, 4, 4),
+         TcConfig(128, 64, 4, 3), TcConfig(128, 32, 8, 3), TcConfig(256, 32, 4, 3), TcConfig(256, 32, 8, 3),
+         TcConfig(256, 64, 8, 3), TcConfig(256, 16, 8, 4), TcConfig(512, 32, 8, 3), TcConfig(64, 64, 4, 4))
+INTERPRETER_CONFIG = TcConfig(64, 16, 4, 1)
+
+
+def choose_config(maps: int, channels: int, kernel: int, pool: int) -> TcConfig:
+    """The measured default (``convforge sweep --impl triton-tc-fused --variants`` times SWEEP), under the
+    interpreter a small one; a block holds at least one whole (padded) window."""
+    cfg = INTERPRETER_CONFIG if common.INTERPRET else DEFAULT
+    ppw = window_rows(pool)
+    return cfg if cfg.block_m >= ppw else TcConfig(ppw, cfg.block_k, cfg.num_warps, cfg.num_stages)
+
+
+def window_rows(pool: int) -> int:
+    """Rows a pool x pool window takes in a block: pool^2 rounded up to a power of two."""
+    return common.pow2_at_least(pool * pool)
+
+
+if triton is not None:
+    from convforge.conv.triton_fused_layer import _max_nan
+
+    @triton.jit
+    def _step(x_ptr, koff_ptr, w_ptr, x_base, n, acc, k0, KRED: tl.constexpr, NPITCH: tl.constexpr,
+              BLOCK_K: tl.constexpr, MASKED: tl.constexpr):
+        ks = k0 + tl.arange(0, BLOCK_K)
+        koff = tl.load(koff_ptr + ks)               # padded with 0: a valid address, weight rows of 0
+        a_ptrs = x_ptr + x_base[:, None] + koff[None, :]
+        if MASKED:
+            a = tl.load(a_ptrs, mask=(ks < KRED)[None, :], other=0.0)
+        else:
+            a = tl.load(a_ptrs)
+        wt = tl.load(w_ptr + ks[:, None] * NPITCH + n[None, :])
+        return tl.dot(a.to(tl.float16), wt, acc)
+
+    @triton.jit
+    def _tc_fused_kernel(x_ptr, koff_ptr, w_ptr, b_ptr, y_ptr, B,
+                         C: tl.constexpr, H: tl.constexpr, W: tl.constexpr, K: tl.constexpr, M: tl.constexpr,
+                         BN: tl.constexpr, KRED: tl.constexpr, NPITCH: tl.constexpr, P: tl.constexpr,
+                         PPW: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
+                         BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+        WP: tl.constexpr = (W - K + 1) // P
+        HPWP: tl.constexpr = ((H - K + 1) // P) * WP
+        BW: tl.constexpr = BLOCK_M // PPW            # pooled outputs (windows) per program
+        FULL: tl.constexpr = KRED // BLOCK_K
+        # Row idx: window idx // PPW, element e of its window (row-major, e < P*P; spare rows repeat the last).
+        idx = tl.arange(0, BLOCK_M)
+        e = tl.minimum(idx % PPW, P * P - 1)
+        i = e // P
+        win = tl.program_id(0) * BW + idx // PPW
+        b = tl.minimum(win // HPWP, B - 1)           # past the end: re-read the last image, store nothing
+        r = win % HPWP
+        ph = r // WP
+        x_base = b * (C * H * W) + (P * ph + i) * W + P * (r - ph * WP) + (e - i * P)
+        n = tl.program_id(1) * BN + tl.arange(0, BN)
+        acc = tl.zeros([BLOCK_M, BN], dtype=tl.float32)
+        for step in range(FULL):
+            acc = _step(x_ptr, koff_ptr, w_ptr, x_base, n, acc, step * BLOCK_K, KRED, NPITCH, BLOCK_K, False)
+        if KRED % BLOCK_K != 0:
+            acc = _step(x_ptr, koff_ptr, w_ptr, x_base, n, acc, FULL * BLOCK_K, KRED, NPITCH, BLOCK_K, True)
+        if PPW > 1:
+            best = tl.reduce(tl.reshape(acc, [BW, PPW, BN]), 1, _max_nan)
+        else:
+            best = acc
+        if HAS_BIAS:
+            best += tl.load(b_ptr + n)[None, :]
+        best = common.activation(best, ACT)
+        opos = tl.program_id(0) * BW + tl.arange(0, BW)
+        valid = opos < B * HPWP
+        ob = tl.minimum(opos // HPWP, B - 1)
+        y_off = ob * (M * HPWP) + opos % HPWP
+        tl.store(y_ptr + y_off[:, None] + n[None, :] * HPWP, best, mask=valid[:, None] & (n[None, :] < M))
+
+
+def unavailable_reason() -> Optional[str]:
+    return common.unavailable_reason()
+
+
+def pack_weights_fp16(weight: torch.Tensor, pitch: int) -> torch.Tensor:
+    """(M, C, K, K) -> (K_pad, pitch) float16: row (c, p, q), column m; zero rows past C*K*K (K_pad: the
+    offset table's length) and zero columns past M."""
+    maps = weight.shape[0]
+    kred = weight[0].numel()
+    packed = torch.zeros((-(-kred // triton_gemm.K_ALIGN) * triton_gemm.K_ALIGN, pitch), dtype=torch.float16,
+                         device=weight.device)
+    packed[:kred, :maps] = weight.detach().reshape(maps, kred).t().to(torch.float16)
+    return packed
+
+
+def _prepare(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Optional[str], pool: int,
+             config: Optional[TcConfig]):
+    maps, channels, kernel, kernel_w = weight.shape
+    if kernel != kernel_w:
+        raise ValueError(f"square kernels only, got {kernel}x{kernel_w}")
+    if activation not in common.ACTIVATION_CODES:
+        raise ValueError(f"unknown activation {activation!r}; choose tanh, relu, sigmoid or None")
+    if pool < 1:
+        raise ValueError(f"pool must be at least 1, got {pool}")
+    if isinstance(config, dict):
+        config = TcConfig(**config)
+    cfg = config or choose_config(maps, channels, kernel, pool)
+    ppw = window_rows(pool)
+    if cfg.block_m < ppw:
+        raise ValueError(f"block_m {cfg.block_m} holds no whole {pool}x{pool} window ({ppw} rows)")
+    bn = triton_gemm.block_n(maps)
+    n_blocks = -(-maps // bn)
+    pitch = bn * n_blocks
+    packed = pack_weights_fp16(weight, pitch)
+    packed_bias = common.pack_bias(bias, pitch, weight)
+    launches: dict = {}   # input (H, W) -> (offset table, constants): one dict lookup per call
+
+    def run(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+        common.check_input(x, channels, kernel)
+        batch, _, height, width = x.shape
+        hp, wp = (height - kernel + 1) // pool, (width - kernel + 1) // pool
+        buffer, result = common.output_for(out, (batch, maps, hp, wp), x)
+        if hp == 0 or wp == 0 or batch == 0:
+            return common.finish(buffer, result)
+        entry = launches.get((height, width))
+        if entry is None:
+            entry = launches[(height, width)] = (
+                triton_gemm.reduction_offsets(channels, height, width, kernel, x.device),
+                dict(C=channels, H=height, W=width, K=kernel, M=maps, BN=bn, KRED=channels * kernel * kernel,
+                     NPITCH=pitch, P=pool, PPW=ppw, HAS_BIAS=bias is not None,
+                     ACT=common.ACTIVATION_CODES[activation], BLOCK_M=cfg.block_m, BLOCK_K=cfg.block_k,
+                     **cfg.launch_options()))
+        koff, constants = entry
+        x = common.contiguous_input(x)
+        windows_per_program = cfg.block_m // ppw
+        for xs, ys, n in common.batch_views(x, buffer, max(channels * height * width, maps * hp * wp)):
+            grid = (triton.cdiv(n * hp * wp, windows_per_program), n_blocks)
+            _tc_fused_kernel[grid](xs, koff, packed, packed_bias, ys, n, **constants)
+        return common.finish(buffer, result)
+
+    return run
+
+
+def prepare_fused(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Optional[str], pool: int,
+                  config: Optional[TcConfig] = None):
+    """activation(conv(x) + bias), max-pooled over pool x pool windows of stride pool: only that is written."""
+    return _prepare(weight, bias, activation, int(pool), config)
+
+
+def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, config: Optional[TcConfig] = None):
+    """The plain convolution (+ bias) through the same kernel: pool 1, no activation."""
+    return _prepare(weight, bias, None, 1, config)
