@@ -267,18 +267,28 @@ TC_FUSED = [
     (2, 5, 3, 13, 13, 3, "tanh", 2, True),      # odd: 11x11 -> 5x5
     (2, 5, 3, 13, 13, 3, None, 1, False),       # pool 1: the plain convolution
     (2, 7, 3, 12, 11, 3, "sigmoid", 3, True),   # pool 3: windows padded to 16 rows
-    (1, 70, 2, 9, 9, 3, "relu", 2, False),      # M = 70: two map blocks of 64
+    (1, 70, 2, 9, 9, 3, "relu", 2, False),      # M = 70: two map blocks of 64 (gather kernel)
+    (2, 12, 3, 14, 17, 5, "sigmoid", 4, False), # rows kernel: segments past the input row (masked)
 ]
 
 
-@pytest.mark.parametrize("case", TC_FUSED, ids=lambda c: f"B{c[0]}M{c[1]}C{c[2]}H{c[3]}W{c[4]}K{c[5]}-{c[6]}-pool{c[7]}")
-def test_tc_fused_matches_reference(case):
-    batch, maps, channels, height, width, kernel, activation, pool, bias = case
+def _tc_id(c) -> str:
+    return f"B{c[0]}M{c[1]}C{c[2]}H{c[3]}W{c[4]}K{c[5]}-{c[6]}-pool{c[7]}"
+
+
+@pytest.mark.parametrize("kernel", ["default", "gather"])
+@pytest.mark.parametrize("case", TC_FUSED, ids=_tc_id)
+def test_tc_fused_matches_reference(case, kernel):
+    """The default (rows kernel where it fits) and the gather kernel, which serves every shape."""
+    from convforge.conv import triton_tc_fused
+    batch, maps, channels, height, width, kernel_size, activation, pool, bias = case
     impl = conv.get("triton-tc-fused")
-    x, w, b = _case((batch, maps, channels, height, width, kernel), seed=maps + pool + 1, bias=bias)
-    fn = impl.prepare_fused(w, b, activation, pool) if (activation or pool > 1) else impl.prepare(w, b)
+    x, w, b = _case((batch, maps, channels, height, width, kernel_size), seed=maps + pool + 1, bias=bias)
+    config = triton_tc_fused.INTERPRETER_CONFIG if kernel == "gather" else None
+    fn = (triton_tc_fused.prepare_fused(w, b, activation, pool, config=config) if (activation or pool > 1)
+          else triton_tc_fused.prepare(w, b, config=config))
     ref = reference_layer(x, w, b, activation, pool)
-    _assert_close(check_call(fn, x, ref, impl.tolerance), fn, x, ref, impl.tolerance, f"tc fused {case}")
+    _assert_close(check_call(fn, x, ref, impl.tolerance), fn, x, ref, impl.tolerance, f"tc fused {case} {kernel}")
 
 
 def test_tc_fused_checker_rejects_a_wrong_window_order(monkeypatch):
