@@ -212,8 +212,9 @@ IMPLEMENTATIONS: tuple[ConvImpl, ...] = (
              "conv + bias + activation + max pool in one Triton kernel, writes only the pooled map",
              ("triton",), fuses=True, install_hint=_TRITON),
     ConvImpl("triton-tc-fused", "triton_tc_fused", ("cuda",), "fp16",
-             "implicit GEMM on FP16 tensor cores (tl.dot, fp32 sums), bias + activation + max pool in the "
-             "epilogue (window-ordered rows), writes only the pooled map", ("triton",), fuses=True,
+             "conv on FP16 tensor cores (tl.dot, fp32 sums): input-row segments times Toeplitz weights (few "
+             "maps) or an implicit-GEMM gather, bias + activation + max pool in the epilogue, writes only the "
+             "pooled map", ("triton",), fuses=True,
              install_hint=_TRITON),
 )
 

@@ -1,28 +1,36 @@
-"""triton-tc-fused: implicit GEMM on FP16 tensor cores with bias + activation + max pool in the epilogue.
+"""triton-tc-fused: conv on FP16 tensor cores (tl.dot, fp32 sums) with bias + activation + max pool in the epilogue.
 
-Technique: triton-gemm's implicit GEMM (output positions x maps, reduction over C*K*K in BLOCK_K steps
-through its table of input offsets, ``triton_gemm.reduction_offsets``) with tl.dot on FP16 operands:
-the fp32 input is gathered and converted to fp16 in registers, the weights are packed once, in
-prepare, as a zero-padded fp16 (K_pad, N) matrix (N: the maps padded to a power of two >= 16, the
-dot's minimum), and the products accumulate in fp32. The block's BLOCK_M rows (conv output positions)
-are ordered window by window: each pool x pool window is PPW = pow2(pool^2) consecutive rows (a pool
-whose square is not a power of two repeats the window's last position in the spare rows, which leaves
-the max unchanged), so the epilogue reshapes the (BLOCK_M, N) accumulator to (windows, PPW, N) and
-takes the max over the middle axis, then adds the bias and applies the activation once per pooled
-output (tanh / relu / sigmoid / none by tl.constexpr; all are monotone, so act(max + bias) =
-max(act(conv + bias))), and stores only the pooled map. Windows follow F.max_pool2d's floor semantics:
-conv rows and columns past the last whole window are never computed. ``prepare`` (no fusion) is the
-same kernel with pool 1 and no activation. The reduction runs KRED // BLOCK_K unmasked steps and one
-masked tail step (the padded offsets point at a valid input, but 0 * inf would be NaN).
+Technique: two implicit GEMMs, both with FP16 operands (the fp32 input converted in registers, the weights
+packed once in prepare as a zero-padded fp16 (K_pad, N) matrix), fp32 accumulation, and the same epilogue:
+rows of the accumulator are ordered so that a pool x pool window's members can be reshaped onto their own
+axes, a max over those axes, then the bias and the activation once per pooled output (tanh / relu /
+sigmoid / none by tl.constexpr; all are monotone, so act(max + bias) = max(act(conv + bias))), and only
+the pooled map is stored. Windows follow F.max_pool2d's floor semantics: conv rows and columns past the
+last whole window are never computed. ``prepare`` (no fusion) is pool 1 without activation.
+- "rows" (the default where it fits: a power-of-two pool dividing 8, 8 x pow2(M) <= 128 dot columns):
+  a dot row is one input-row segment of TW = pow2(8 + K - 1) columns for each (c, p) (16 contiguous,
+  aligned floats for K <= 9: vector loads, no offset table), times a Toeplitz weight matrix whose column
+  (u, m) holds k[m, c, p, t - u]: one dot row gives 8 neighbouring output columns of all maps. Rows are
+  (window row i, image / pooled row / column block); the epilogue reshapes (BLOCK_R, 8 x MP) to
+  (P, groups, 8 / P, P, MP) and takes the max over the window's columns and rows. Loads: C*K*TW per 8
+  outputs against the gather form's C*K*K per output (3.5x fewer for K = 7), for TW / K (16 / 7) times
+  the tensor-core work (the Toeplitz zeros).
+- "gather" (every other shape): triton-gemm's implicit GEMM (``triton_gemm.reduction_offsets``: an
+  offset per reduction index (c, p, q)) with rows ordered (window row, window, window column) and the A
+  tile loaded positions-last (neighbouring lanes read neighbouring inputs); a pool that is not a power
+  of two repeats its last row and column in the spare rows (same max).
+Both run their reduction as unmasked steps plus one masked tail step (padded indices read a valid input
+with weight 0, but 0 * inf would be NaN); the rows kernel masks segments past the input row only where
+a layer has them (``ROW_MASK``).
 Precision: FP16 inputs and weights (11-bit mantissas), fp32 sums: the reduced tolerance (1e-2).
-Inputs or weights past the fp16 range (|v| > 65504) become inf: this kernel is for the fast path of
-networks with image-scale inputs, not for arbitrary data.
-Course step: the tensor-core (FP16) optimisation of milestone 4 combined with its kernel fusion
-("fuse the unrolling, the matrix multiply and the pooling"): cuda-tc-fp16's arithmetic with
-cuda-fused-layer's output.
-Bottleneck: the A gather (one 4-byte load, one convert per A element: C*K*K per conv position) and
-its path through shared memory to the tensor cores; the MMAs themselves and the pooled output write
-are small (fa20 L2: 16 maps, pool 4 cuts the output 16-fold).
+Inputs or weights past the fp16 range (|v| > 65504) become inf: a kernel for the fast path of networks
+with image-scale inputs, not for arbitrary data.
+Course step: the tensor-core (FP16) optimisation of milestone 4 combined with its kernel fusion ("fuse
+the unrolling, the matrix multiply and the pooling"): cuda-tc-fp16's arithmetic, cuda-fused-layer's output.
+Bottleneck: the A operand's path (fp32 load, convert, shared memory, wgmma) rather than the MMAs: on
+fa20 L2 (relu + pool 4, H100) 8 columns per segment took 0.476 ms, 4 columns (same MMA work per output,
+twice the A loads) 1.03 ms, 16 columns (twice the MMA work, same A loads) 0.68 ms. The gather form is
+A-bound outright (C*K*K 4-byte gathers per conv position: 1.3-1.8 ms on fa20 L2).
 """
 
 from __future__ import annotations
@@ -224,9 +232,14 @@ if triton is not None:
         tl.store(ptrs, best, mask=ok)
 
 
+ROWS_MAX_N = 128   # dot columns (UC x maps) of the rows kernel: at 256 (fa18 L2 and fa19 L2, 24 maps) its fp32
+                   # accumulator spills: 30.2 and 22.1 ms against 3.97 and 2.55 with the gather kernel (run 3)
+
+
 def rows_fit(maps: int, kernel: int, pool: int, uc: int) -> bool:
-    """The rows kernel serves pools of a power of two dividing UC and maps up to 256 / UC dot columns."""
-    return (pool & (pool - 1)) == 0 and uc % pool == 0 and uc * _maps_pad(maps) <= 256 and kernel + uc - 1 <= 64
+    """The rows kernel serves pools of a power of two dividing UC and UC x pow2(maps) <= ROWS_MAX_N."""
+    return ((pool & (pool - 1)) == 0 and uc % pool == 0 and uc * _maps_pad(maps) <= ROWS_MAX_N
+            and kernel + uc - 1 <= 64)
 
 
 def _maps_pad(maps: int) -> int:
