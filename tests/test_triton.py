@@ -291,6 +291,25 @@ def test_tc_fused_matches_reference(case, kernel):
     _assert_close(check_call(fn, x, ref, impl.tolerance), fn, x, ref, impl.tolerance, f"tc fused {case} {kernel}")
 
 
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_tc_fused_non_finite_inputs_land_as_in_torch(value):
+    """The rows kernel's Toeplitz zeros multiply inputs outside an output's window (Inf * 0 = NaN): its exact
+    pass must put NaN / Inf only where fp32 arithmetic does."""
+    import torch.nn.functional as F
+    impl = conv.get("triton-tc-fused")
+    x, w, b = _case((1, 5, 3, 13, 13, 3), seed=9, bias=True)
+    x[0, 1, 4, 6] = value
+    for activation, pool in ((None, 1), ("tanh", 2)):
+        fn = impl.prepare_fused(w, b, activation, pool) if pool > 1 else impl.prepare(w, b)
+        want = F.conv2d(x.cpu().double(), w.cpu().double(), b.cpu().double())
+        want = F.max_pool2d(torch.tanh(want), pool) if pool > 1 else want
+        got = fn(x).cpu().double()
+        for test in (torch.isnan, torch.isposinf, torch.isneginf):
+            assert torch.equal(test(got), test(want)), (activation, pool, test.__name__)
+        finite = torch.isfinite(want)
+        assert (got[finite] - want[finite]).norm() <= impl.tolerance * want[finite].norm()
+
+
 def test_tc_fused_checker_rejects_a_wrong_window_order(monkeypatch):
     """A kernel that pools the wrong rows (here: windows of the transposed layout) must fail the check."""
     from convforge.conv import triton_tc_fused

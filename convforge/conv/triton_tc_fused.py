@@ -21,7 +21,11 @@ last whole window are never computed. ``prepare`` (no fusion) is pool 1 without 
   of two repeats its last row and column in the spare rows (same max).
 Both run their reduction as unmasked steps plus one masked tail step (padded indices read a valid input
 with weight 0, but 0 * inf would be NaN); the rows kernel masks segments past the input row only where
-a layer has them (``ROW_MASK``).
+a layer has them (``ROW_MASK``). Non-finite inputs: the gather kernel reads only real taps, so NaN and
++-Inf land where fp32 arithmetic puts them; the rows kernel's Toeplitz zeros also meet inputs outside an
+output's window (Inf * 0 = NaN), so a block whose sums are not all finite (one block vote after the
+reduction) recomputes its non-finite sums in fp32 FMAs over the real taps (``_rows_exact``, a cold path,
+as cuda-tc's cuda/nonfinite.cuh).
 Precision: FP16 inputs and weights (11-bit mantissas), fp32 sums: the reduced tolerance (1e-2).
 Inputs or weights past the fp16 range (|v| > 65504) become inf: a kernel for the fast path of networks
 with image-scale inputs, not for arbitrary data.
@@ -182,7 +186,25 @@ if triton is not None:
         return tl.dot(a.to(tl.float16), wt, acc)
 
     @triton.jit
-    def _rows_kernel(x_ptr, w_ptr, b_ptr, y_ptr, B,
+    def _rows_exact(x_ptr, w32_ptr, x_base, w0, acc, C: tl.constexpr, H: tl.constexpr, W: tl.constexpr,
+                    K: tl.constexpr, MP: tl.constexpr, N: tl.constexpr):
+        """The block's sums again in fp32 FMAs over the real taps only, taken where the tensor-core sum is
+        not finite: NaN and +-Inf then land where fp32 arithmetic (torch) puts them, not on the outputs
+        whose segment merely held a non-finite input under a Toeplitz zero (Inf * 0 = NaN)."""
+        nn = tl.arange(0, N)
+        u = nn // MP
+        exact = tl.zeros(acc.shape, dtype=tl.float32)
+        for k in range(C * K * K):
+            q = k % K
+            cp = k // K
+            xv = tl.load(x_ptr + (x_base[:, None] + ((cp // K) * (H * W) + (cp % K) * W + q) + u[None, :]),
+                         mask=(w0[:, None] + u[None, :] + q) < W, other=0.0)
+            exact += xv * tl.load(w32_ptr + k * MP + nn % MP)[None, :]
+        finite = tl.abs(acc) < float("inf")          # false for +-Inf and NaN
+        return tl.where(finite, acc, exact)
+
+    @triton.jit
+    def _rows_kernel(x_ptr, w_ptr, w32_ptr, b_ptr, y_ptr, B,
                      C: tl.constexpr, H: tl.constexpr, W: tl.constexpr, K: tl.constexpr, M: tl.constexpr,
                      MP: tl.constexpr, UC: tl.constexpr, TW: tl.constexpr, P: tl.constexpr,
                      HAS_BIAS: tl.constexpr, ACT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -211,6 +233,10 @@ if triton is not None:
         if KRED % BLOCK_K != 0:
             acc = _rows_step(x_ptr, w_ptr, x_base, w0, acc, FULL * BLOCK_K, K, H, W, TW, KRED, N, BLOCK_K, True,
                              ROW_MASK)
+        # A non-finite sum (one block vote): recompute the block's non-finite sums exactly (cold path).
+        bad = tl.max(tl.max(tl.where(tl.abs(acc) < float("inf"), 0, 1), 1), 0)
+        if bad > 0:
+            acc = _rows_exact(x_ptr, w32_ptr, x_base, w0, acc, C, H, W, K, MP, N)
         # (i, g, pooled column pu, window column j, map m): max over j, then over i.
         best = tl.reshape(acc, [P, BG, UP, P, MP])
         if P > 1:
@@ -334,6 +360,7 @@ def _prepare_rows(weight: torch.Tensor, bias: Optional[torch.Tensor], activation
         raise ValueError(f"block_m {cfg.block_m} is not a multiple of the pool {pool}")
     packed = pack_toeplitz(weight, uc, tw, max(64, cfg.block_k))
     packed_bias = common.pack_bias(bias, _maps_pad(maps), weight)
+    exact = common.pack_weights(weight, _maps_pad(maps))    # (C*K*K, MP) fp32 for the non-finite pass
     launches: dict = {}
 
     def run(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -353,8 +380,8 @@ def _prepare_rows(weight: torch.Tensor, bias: Optional[torch.Tensor], activation
         x = common.contiguous_input(x)
         groups_per_program = cfg.block_m // pool
         for xs, ys, n in common.batch_views(x, buffer, max(channels * height * width, maps * hp * wp)):
-            _rows_kernel[(triton.cdiv(n * hp * ncb, groups_per_program),)](xs, packed, packed_bias, ys, n,
-                                                                            **constants)
+            _rows_kernel[(triton.cdiv(n * hp * ncb, groups_per_program),)](xs, packed, exact, packed_bias, ys,
+                                                                            n, **constants)
         return common.finish(buffer, result)
 
     return run
