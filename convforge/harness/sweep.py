@@ -92,8 +92,6 @@ def _chosen(impl, M: int, C: int, H: int, W: int, K: int, pool: int):
         return module.choose_config(M, C, K)
     if name == "triton-fused-layer":
         return module.choose_config(M, C, K, pool)
-    if name == "triton-tc-fused":
-        return module.choose_config(M, C, K, pool)
     return None
 
 
@@ -134,7 +132,7 @@ def candidates(impl, spec: LayerSpec, pool: int, count: int) -> list:
         return module.candidate_configs(M, C, H, W, K, pool)
     if impl.name.startswith("cuda-tc-"):
         return _tc_candidates(module, M, C, H, W, K, impl.precision)
-    if impl.name in ("triton-direct", "triton-fused-layer", "triton-tc-fused"):
+    if impl.name in ("triton-direct", "triton-fused-layer"):
         return list(module.SWEEP)
     return []
 
