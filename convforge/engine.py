@@ -219,8 +219,7 @@ def lanes_next(walk: list, j: int) -> bool:
     """Whether the layer at walk[j] (a Flatten skipped) reads cpu-parallel's lane layout on the CPU whole-network
     path: a conv (cpu-parallel's tiles compute in it), or a dense layer whose tiles take 16-image stripes (the
     lane layout is one). Then the conv before it writes that layout: no transposes out of and back into it."""
-    while j < len(walk) and isinstance(walk[j][0], Flatten):
-        j += 1
+    j = _skip(walk, j, (Flatten,))
     if j < len(walk) and isinstance(walk[j][0], Conv):
         return True
     if j < len(walk) and isinstance(walk[j][0], Dense):
@@ -254,6 +253,7 @@ class Engine:
         self._graphs: dict[int, GraphedForward] = {}
         walk = list(arch.walk())
         lanes = False   # the previous step wrote the lane layout
+        half_convs = set()   # walk indices of the convs that write FP16 for their dense layer (HALF_HANDOFF)
         conv_index = 0
         t0 = time.perf_counter()
         i = 0
@@ -284,6 +284,7 @@ class Engine:
                 elif fusion:
                     step.conv_fn = impl.prepare_fused(weight, bias, *fusion[:2], input_hw=shape_in[1:])
                 elif precision == "fast" and HALF_HANDOFF and _half_handoff(walk, i, self.params):
+                    half_convs.add(i)
                     step.conv_fn = impl.prepare(weight, bias, input_hw=shape_in[1:], out_dtype=torch.float16)
                 else:
                     step.conv_fn = impl.prepare(weight, bias, input_hw=shape_in[1:])
@@ -292,7 +293,7 @@ class Engine:
                     step.result.fused = (f"{activation}+" if activation else "") + f"maxpool{pool}"
             elif isinstance(layer, Dense) and precision == "fast":
                 step.tf32 = True
-                if HALF_HANDOFF and _half_handoff(walk, _conv_before(walk, i), self.params):
+                if _conv_before(walk, i) in half_convs:
                     # for the conv's FP16 output (its activation stays a step of its own: an fp32 input, from a
                     # kernel that could not write FP16, takes the TF32 call and then that step)
                     step.gpu_dense = GpuDense(self.params[f"{prefix}.weight"].half().contiguous(),
@@ -576,16 +577,22 @@ def _tf32_dense(layer: Dense, x: torch.Tensor, params: dict, prefix: str) -> tor
     allowed = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = True
     try:
-        return apply_layer(layer, x.float(), params, prefix)
+        return apply_layer(layer, x, params, prefix)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = allowed
 
 
+def _skip(walk: list, j: int, kinds: tuple, step: int = 1) -> int:
+    """The first index from j on, moving by ``step``, whose layer is none of ``kinds`` (len(walk) or -1 past
+    either end)."""
+    while 0 <= j < len(walk) and isinstance(walk[j][0], kinds):
+        j += step
+    return j
+
+
 def _conv_before(walk: list, j: int) -> int:
     """The index in ``walk`` of the conv right before layer j with only Flatten layers between, else -1."""
-    j -= 1
-    while j >= 0 and isinstance(walk[j][0], Flatten):
-        j -= 1
+    j = _skip(walk, j - 1, (Flatten,), -1)
     return j if j >= 0 and isinstance(walk[j][0], Conv) else -1
 
 
@@ -593,16 +600,10 @@ def _half_handoff(walk: list, i: int, params: dict) -> bool:
     """Whether the conv at walk[i] may write FP16 for the dense layer after it (HALF_HANDOFF): a dense layer
     follows it (Flatten between at most), its input comes out of a bounded activation (pools between), and the
     weights bound the conv's and the dense layer's values under HALF_BOUND."""
-    if i < 0:
-        return False
-    j = i + 1
-    while j < len(walk) and isinstance(walk[j][0], Flatten):
-        j += 1
+    j = _skip(walk, i + 1, (Flatten,))
     if j >= len(walk) or not isinstance(walk[j][0], Dense):
         return False
-    k = i - 1
-    while k >= 0 and isinstance(walk[k][0], (Pool, Flatten)):
-        k -= 1
+    k = _skip(walk, i - 1, (Pool, Flatten), -1)
     if k < 0 or not isinstance(walk[k][0], Activation) or walk[k][0].kind not in BOUNDED_ACTIVATIONS:
         return False
     conv_prefix, dense_prefix = walk[i][1], walk[j][1]

@@ -391,9 +391,10 @@ class TcLayer:
         info = cc.device_info(self.device)
         self.geom = plan_any(M, C, H, W, K, precision, config, info.smem_per_block_optin)
         self.kind = kind = config["kernel"]
-        if half_output and kind == "gather":
+        half = half_output and kind == "gather"
+        if half:
             self.geom = replace(self.geom, out_half=True)
-        self.out_dtype = torch.float16 if getattr(self.geom, "out_half", False) else torch.float32
+        self.out_dtype = torch.float16 if half else torch.float32
         # the plain fp32 weights (a copy, as the packed ones are): the pairs kernel builds its B fragments from
         # them; every kernel's exact path for the outputs a non-finite input reached reads them
         self.weight = weight.float().contiguous().clone()
