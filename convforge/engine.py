@@ -32,6 +32,11 @@ from convforge.models import Activation, Conv, ConvShape, Dense, Flatten, Networ
 # (accuracy reported beside exact by the whole-network benchmark, convforge/harness/whole.py).
 PRECISIONS = ("exact", "fast")
 FAST_CONV = "cuda-tc-fp16"
+# Many-channel layers whose activation and pool are fused, with few maps: triton-tc-fused's rows kernel (fa20 L2,
+# 16 maps, relu + pool 4: 0.474 ms against 1.333 for the exact fused kernel on an H100; with 24 maps its gather
+# kernel lost to the exact one: benchmarks/2026-11-27-h100-triton-tc-fused).
+FAST_FUSED_CONV = "triton-tc-fused"
+FAST_FUSED_MAX_MAPS = 16
 # The fast path hands a tensor-core conv's output to the dense layer after it in FP16 (half the bytes written
 # and read back: sp18's conv output is 433 MB in fp32 at 10000 images) when the weights bound every value on the
 # way: the conv's input comes out of tanh or sigmoid (|x| <= 1), so |conv| <= max over maps of sum |w| + |b|, and
@@ -264,7 +269,7 @@ class Engine:
                 conv_index += 1
                 weight, bias = self.params[f"{prefix}.weight"], self.params.get(f"{prefix}.bias")
                 fusion = fusion_after(walk, i) if fuse and self.impl.fuses else None
-                impl = self._layer_impl(shape_in[0], fusion)
+                impl = self._layer_impl(shape_in[0], layer.out_channels, fusion)
                 fusion = fusion if impl.fuses else None
                 shape = ConvShape(0, layer.out_channels, *shape_in, layer.kernel)
                 step.result = LayerResult(conv_index, shape, impl.name)
@@ -404,15 +409,16 @@ class Engine:
                     base = None
         return x
 
-    def _layer_impl(self, channels: int, fusion) -> conv.ConvImpl:
+    def _layer_impl(self, channels: int, maps: int, fusion) -> conv.ConvImpl:
         """The implementation for a conv layer of ``channels`` input channels. Exact: the engine's one
         implementation. Fast: unfused layers with several input channels go to the FP16 tensor-core kernel
         (the compute-bound second layers: 1.9-2.9x the best exact kernel, H200 run 10); one-channel layers
-        keep the exact kernels, which already run at 78-106 % of their memory-bound floor, and so do layers
-        whose activation and pool the exact kernel fuses (fa20 L2: the tensor-core kernel plus a separate
-        relu and pool 4 took as long as the fused exact kernel, benchmarks/2026-11-25-h200-whole-network)."""
-        if self.precision == "fast" and channels > 1 and fusion is None:
-            fast = conv.get(FAST_CONV)
+        keep the exact kernels, which already run at 78-106 % of their memory-bound floor. Layers whose
+        activation and pool are fused keep them fused: on FP16 tensor cores (FAST_FUSED_CONV) up to
+        FAST_FUSED_MAX_MAPS maps, else in the exact kernel (cuda-tc-fp16 plus a separate relu and pool 4 took
+        as long as the fused exact kernel on fa20 L2, benchmarks/2026-11-25-h200-whole-network)."""
+        if self.precision == "fast" and channels > 1 and (fusion is None or maps <= FAST_FUSED_MAX_MAPS):
+            fast = conv.get(FAST_CONV if fusion is None else FAST_FUSED_CONV)
             if fast.unavailable_reason(self.device) is None:
                 return fast
         return self.impl

@@ -91,6 +91,21 @@ def test_precision_is_checked_before_any_work():
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
+def test_fast_path_picks_its_kernel_per_layer(monkeypatch):
+    """The fast path's choice per conv layer: unfused many-channel layers on cuda-tc-fp16, fused ones with few maps
+    on triton-tc-fused (fa20 L2), fused ones with more maps and one-channel layers on the exact kernel."""
+    from convforge import conv
+    monkeypatch.setattr(conv.ConvImpl, "unavailable_reason", lambda self, device: None)   # as on a GPU
+    engine = Engine.__new__(Engine)
+    engine.precision, engine.device, engine.impl = "fast", "cuda", conv.get("cuda-auto")
+    assert engine._layer_impl(4, 16, ("relu", 4, 2)).name == "triton-tc-fused"
+    assert engine._layer_impl(12, 24, ("tanh", 2, 2)).name == "cuda-auto"
+    assert engine._layer_impl(6, 16, None).name == "cuda-tc-fp16"
+    assert engine._layer_impl(1, 6, ("tanh", 2, 2)).name == "cuda-auto"
+    engine.precision = "exact"
+    assert engine._layer_impl(4, 16, ("relu", 4, 2)).name == "cuda-auto"
+
+
 def test_fast_path_hands_fp16_to_dense_only_where_the_weights_bound_it():
     """The fast path's FP16 hand-off from a conv to the dense layer after it: on the second conv of the presets
     whose first block ends in tanh (sp18, sp19, fa18, fa19), never after relu (fa20) nor on a conv fed by raw

@@ -89,8 +89,11 @@ class Target:
 
     @property
     def tolerance(self) -> float:
-        # Under the interpreter tl.dot computes in plain fp32, so every Triton kernel meets the exact tolerance.
-        return conv.EXACT_TOLERANCE if self.where == "interp" else self.impl.tolerance
+        # Under the interpreter tl.dot computes in plain fp32, so every Triton kernel meets the exact tolerance,
+        # except those that round their operands to fp16/bf16 themselves (triton-tc-fused).
+        if self.where == "interp" and self.impl.precision not in REDUCED_INPUTS:
+            return conv.EXACT_TOLERANCE
+        return self.impl.tolerance
 
     @property
     def small(self) -> bool:  # shapes small enough for the interpreter / the per-shape compiler
@@ -334,6 +337,8 @@ TINY_TANH = Case(1, 1, 1, 1, 1, 1, False, ("tanh", 1), "contiguous", "denormal_i
 @pytest.mark.parametrize("target", [t for t in TARGETS if t.values[0].impl.fuses])
 def test_fused_tanh_absolute_error_on_tiny_outputs(target):
     _ready(target)
+    if target.impl.precision in REDUCED_INPUTS:   # 5.5e30 weights and denormal inputs: outside fp16's range
+        pytest.skip(f"{target.impl.name}: fp16/bf16 operands, course-scale values only")
     x, w, b = _tensors(TINY_TANH)
     ref = reference_layer(x, w, b, "tanh", 1)
     with torch.inference_mode():

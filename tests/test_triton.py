@@ -260,6 +260,72 @@ def test_fused_blocks(case):
     _assert_close(check_call(fn, x, ref, tolerance), fn, x, ref, tolerance, f"fused blocks {case}")
 
 
+# triton-tc-fused (FP16 tensor cores, fp16 operands also under the interpreter: always the 1e-2 tolerance).
+# (B, M, C, H, W, K, activation, pool, bias)
+TC_FUSED = [
+    (2, 16, 4, 40, 40, 7, "relu", 4, True),     # fa20 L2: 34x34 -> 8x8 (two conv rows/cols past the windows)
+    (2, 5, 3, 13, 13, 3, "tanh", 2, True),      # odd: 11x11 -> 5x5
+    (2, 5, 3, 13, 13, 3, None, 1, False),       # pool 1: the plain convolution
+    (2, 7, 3, 12, 11, 3, "sigmoid", 3, True),   # pool 3: windows padded to 16 rows
+    (1, 70, 2, 9, 9, 3, "relu", 2, False),      # M = 70: two map blocks of 64 (gather kernel)
+    (2, 12, 3, 14, 17, 5, "sigmoid", 4, False), # rows kernel: segments past the input row (masked)
+]
+
+
+def _tc_id(c) -> str:
+    return f"B{c[0]}M{c[1]}C{c[2]}H{c[3]}W{c[4]}K{c[5]}-{c[6]}-pool{c[7]}"
+
+
+@pytest.mark.parametrize("kernel", ["default", "gather"])
+@pytest.mark.parametrize("case", TC_FUSED, ids=_tc_id)
+def test_tc_fused_matches_reference(case, kernel):
+    """The default (rows kernel where it fits) and the gather kernel, which serves every shape."""
+    from convforge.conv import triton_tc_fused
+    batch, maps, channels, height, width, kernel_size, activation, pool, bias = case
+    impl = conv.get("triton-tc-fused")
+    x, w, b = _case((batch, maps, channels, height, width, kernel_size), seed=maps + pool + 1, bias=bias)
+    config = triton_tc_fused.INTERPRETER_CONFIG if kernel == "gather" else None
+    fn = (triton_tc_fused.prepare_fused(w, b, activation, pool, config=config) if (activation or pool > 1)
+          else triton_tc_fused.prepare(w, b, config=config))
+    ref = reference_layer(x, w, b, activation, pool)
+    _assert_close(check_call(fn, x, ref, impl.tolerance), fn, x, ref, impl.tolerance, f"tc fused {case} {kernel}")
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_tc_fused_non_finite_inputs_land_as_in_torch(value):
+    """The rows kernel's Toeplitz zeros multiply inputs outside an output's window (Inf * 0 = NaN): its probe and
+    fix-up launch must put NaN / Inf only where fp32 arithmetic does."""
+    import torch.nn.functional as F
+    impl = conv.get("triton-tc-fused")
+    x, w, b = _case((1, 5, 3, 13, 13, 3), seed=9, bias=True)
+    x[0, 1, 4, 6] = value
+    for activation, pool in ((None, 1), ("tanh", 2)):
+        fn = impl.prepare_fused(w, b, activation, pool) if pool > 1 else impl.prepare(w, b)
+        want = F.conv2d(x.cpu().double(), w.cpu().double(), b.cpu().double())
+        want = F.max_pool2d(torch.tanh(want), pool) if pool > 1 else want
+        got = fn(x).cpu().double()
+        for test in (torch.isnan, torch.isposinf, torch.isneginf):
+            assert torch.equal(test(got), test(want)), (activation, pool, test.__name__)
+        finite = torch.isfinite(want)
+        assert (got[finite] - want[finite]).norm() <= impl.tolerance * want[finite].norm()
+        # The next call on finite data through the same launch (its probe buffer reused) is all finite again.
+        clean = x.clone()
+        clean[0, 1, 4, 6] = 0.5
+        want = F.conv2d(clean.cpu().double(), w.cpu().double(), b.cpu().double())
+        want = F.max_pool2d(torch.tanh(want), pool) if pool > 1 else want
+        assert (fn(clean).cpu().double() - want).norm() <= impl.tolerance * want.norm()
+
+
+def test_tc_fused_checker_rejects_a_wrong_window_order(monkeypatch):
+    """A kernel that pools the wrong rows (here: windows of the transposed layout) must fail the check."""
+    from convforge.conv import triton_tc_fused
+    x, w, b = _case((1, 5, 3, 13, 13, 3), seed=4, bias=True)
+    fn = triton_tc_fused.prepare_fused(w, b, "tanh", 2)
+    ref = reference_layer(x, w, b, "tanh", 2)
+    wrong = lambda x, out=None: fn(x.transpose(2, 3).contiguous(), out)   # noqa: E731
+    assert check_call(wrong, x, ref, conv.get("triton-tc-fused").tolerance).error > 1e-2
+
+
 def test_gemm_tf32x3_is_exact():
     """The optional three-pass TF32 precision must meet the exact tolerance (it is fp32-accurate)."""
     from convforge.conv import triton_gemm
@@ -286,6 +352,8 @@ def test_registry_entries():
         assert impl.header.splitlines()[0].startswith(name.split("-tf32")[0]), impl.header[:80]
         assert impl._module().unavailable_reason() is None
     assert conv.get("triton-fused-layer").fuses
+    assert conv.get("triton-tc-fused").fuses and conv.get("triton-tc-fused").precision == "fp16"
+    assert conv.get("triton-tc-fused").header.startswith("triton-tc-fused")
 
 
 def test_rejects_bad_input():

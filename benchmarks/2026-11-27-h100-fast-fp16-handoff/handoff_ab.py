@@ -2,9 +2,10 @@
 exact path, three engines per preset in one process: the whole forward from a CUDA graph at 100 and 10000 images,
 interleaved rounds (order reversed every round), each round the median of `repeat` calls (host launch work
 included, as `bench --whole`), rotating inputs > L2; logits against float64; then the 10000 test images through
-Engine.run for each engine (accuracy, predictions agreement). Usage: PYTHONPATH=. python3 handoff_ab.py OUT.json
-[rounds] [presets...]"""
+Engine.run for each engine (accuracy, predictions agreement). Usage: [AB=fused] PYTHONPATH=. python3 handoff_ab.py
+OUT.json [rounds] [presets...]"""
 import json
+import os
 import statistics
 import sys
 
@@ -18,12 +19,23 @@ from convforge.harness.timing import rotated_inputs, time_calls
 from convforge.models import forward_with, load_preset
 
 
-def build(network, precision, handoff):
-    engine.HALF_HANDOFF = handoff
+def build(network, precision, handoff=True, fused_max_maps=engine.FAST_FUSED_MAX_MAPS):
+    saved = engine.HALF_HANDOFF, engine.FAST_FUSED_MAX_MAPS
+    engine.HALF_HANDOFF, engine.FAST_FUSED_MAX_MAPS = handoff, fused_max_maps
     try:
         return Engine(network, device="cuda", precision=precision)
     finally:
-        engine.HALF_HANDOFF = True
+        engine.HALF_HANDOFF, engine.FAST_FUSED_MAX_MAPS = saved
+
+
+def engines_for(network):
+    """AB=handoff (default): the FP16 hand-off on and off; AB=fused: fa20's fused second conv on triton-tc-fused
+    (FAST_FUSED_MAX_MAPS 16) and on the exact fused kernel (0, as before)."""
+    if os.environ.get("AB") == "fused":
+        return {"exact": build(network, "exact"), "fast tc-fused": build(network, "fast"),
+                "fast exact-fused (main)": build(network, "fast", fused_max_maps=0)}
+    return {"exact": build(network, "exact"), "fast fp16 hand-off": build(network, "fast"),
+            "fast fp32 (main)": build(network, "fast", handoff=False)}
 
 
 def main():
@@ -33,8 +45,7 @@ def main():
     for name in presets:
         network = load_preset(name)
         arch = network.architecture
-        engines = {"exact": build(network, "exact", True), "fast fp16 hand-off": build(network, "fast", True),
-                   "fast fp32 (main)": build(network, "fast", False)}
+        engines = engines_for(network)
         params64 = {k: v.to("cuda", torch.float64) for k, v in network.params.items()}
         for batch in (100, 10000):
             g = torch.Generator(device="cuda").manual_seed(batch)
@@ -68,7 +79,7 @@ def main():
                            exact_over_this=statistics.median(ratio), exact_over_this_range=[min(ratio), max(ratio)],
                            relative_error=errors[label], argmax_agree_float64=agree[label])
                 rows.append(row)
-                print(f"{name:9s} {batch:6d} {label:20s} {ms:8.4f} ms  exact/this {row['exact_over_this']:5.2f} "
+                print(f"{name:9s} {batch:6d} {label:24s} {ms:8.4f} ms  exact/this {row['exact_over_this']:5.2f} "
                       f"({min(ratio):.2f}-{max(ratio):.2f})  err {errors[label]:.1e}  agree {agree[label]:.4f}",
                       flush=True)
             del graphs

@@ -215,6 +215,11 @@ IMPLEMENTATIONS: tuple[ConvImpl, ...] = (
     ConvImpl("triton-fused-layer", "triton_fused_layer", ("cuda",), "fp32",
              "conv + bias + activation + max pool in one Triton kernel, writes only the pooled map",
              ("triton",), fuses=True, install_hint=_TRITON),
+    ConvImpl("triton-tc-fused", "triton_tc_fused", ("cuda",), "fp16",
+             "conv on FP16 tensor cores (tl.dot, fp32 sums): input-row segments times Toeplitz weights (few "
+             "maps) or an implicit-GEMM gather, bias + activation + max pool in the epilogue, writes only the "
+             "pooled map", ("triton",), fuses=True,
+             install_hint=_TRITON),
 )
 
 _BY_NAME = {impl.name: impl for impl in IMPLEMENTATIONS}

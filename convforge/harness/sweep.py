@@ -92,6 +92,8 @@ def _chosen(impl, M: int, C: int, H: int, W: int, K: int, pool: int):
         return module.choose_config(M, C, K)
     if name == "triton-fused-layer":
         return module.choose_config(M, C, K, pool)
+    if name == "triton-tc-fused":
+        return module.choose_config(M, C, K, pool)
     return None
 
 
@@ -132,7 +134,7 @@ def candidates(impl, spec: LayerSpec, pool: int, count: int) -> list:
         return module.candidate_configs(M, C, H, W, K, pool)
     if impl.name.startswith("cuda-tc-"):
         return _tc_candidates(module, M, C, H, W, K, impl.precision)
-    if impl.name in ("triton-direct", "triton-fused-layer"):
+    if impl.name in ("triton-direct", "triton-fused-layer", "triton-tc-fused"):
         return list(module.SWEEP)
     return []
 
