@@ -37,8 +37,6 @@ FAST_CONV = "cuda-tc-fp16"
 # kernel lost to the exact one: benchmarks/2026-11-27-h100-triton-tc-fused).
 FAST_FUSED_CONV = "triton-tc-fused"
 FAST_FUSED_MAX_MAPS = 16
-# One-channel first convs (fused) on FAST_FUSED_CONV too: under measurement.
-FAST_FUSED_FIRST = False
 # The fast path hands a tensor-core conv's output to the dense layer after it in FP16 (half the bytes written
 # and read back: sp18's conv output is 433 MB in fp32 at 10000 images) when the weights bound every value on the
 # way: the conv's input comes out of tanh or sigmoid (|x| <= 1), so |conv| <= max over maps of sum |w| + |b|, and
@@ -415,21 +413,15 @@ class Engine:
         """The implementation for a conv layer of ``channels`` input channels. Exact: the engine's one
         implementation. Fast: unfused layers with several input channels go to the FP16 tensor-core kernel
         (the compute-bound second layers: 1.9-2.9x the best exact kernel, H200 run 10); one-channel layers
-        keep the exact kernels, which already run at 78-106 % of their memory-bound floor. Layers whose
-        activation and pool are fused keep them fused: on FP16 tensor cores (FAST_FUSED_CONV) up to
+        keep the exact kernels (triton-tc-fused took 1.0-2.1x their time on all five fused first convs, H100:
+        benchmarks/2026-11-27-h100-tc-fused-fixup-first-convs).
+        Layers whose activation and pool are fused keep them fused: on FP16 tensor cores (FAST_FUSED_CONV) up to
         FAST_FUSED_MAX_MAPS maps, else in the exact kernel (cuda-tc-fp16 plus a separate relu and pool 4 took
         as long as the fused exact kernel on fa20 L2, benchmarks/2026-11-25-h200-whole-network)."""
-        if self.precision != "fast":
+        if self.precision != "fast" or channels == 1 or (fusion is not None and maps > FAST_FUSED_MAX_MAPS):
             return self.impl
-        if fusion is None:
-            name = FAST_CONV if channels > 1 else None
-        else:
-            name = FAST_FUSED_CONV if maps <= FAST_FUSED_MAX_MAPS and (channels > 1 or FAST_FUSED_FIRST) else None
-        if name is not None:
-            fast = conv.get(name)
-            if fast.unavailable_reason(self.device) is None:
-                return fast
-        return self.impl
+        fast = conv.get(FAST_CONV if fusion is None else FAST_FUSED_CONV)
+        return fast if fast.unavailable_reason(self.device) is None else self.impl
 
     def graphed(self, batch: int) -> "GraphedForward":
         """The untimed forward for ``batch`` images captured as one CUDA graph (kept per batch size).

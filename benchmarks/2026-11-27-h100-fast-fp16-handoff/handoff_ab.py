@@ -2,7 +2,7 @@
 exact path, three engines per preset in one process: the whole forward from a CUDA graph at 100 and 10000 images,
 interleaved rounds (order reversed every round), each round the median of `repeat` calls (host launch work
 included, as `bench --whole`), rotating inputs > L2; logits against float64; then the 10000 test images through
-Engine.run for each engine (accuracy, predictions agreement). Usage: [AB=fused|first] PYTHONPATH=. python3 handoff_ab.py
+Engine.run for each engine (accuracy, predictions agreement). Usage: [AB=fused] PYTHONPATH=. python3 handoff_ab.py
 OUT.json [rounds] [presets...]"""
 import json
 import os
@@ -19,22 +19,19 @@ from convforge.harness.timing import rotated_inputs, time_calls
 from convforge.models import forward_with, load_preset
 
 
-def build(network, precision, handoff=True, fused_max_maps=engine.FAST_FUSED_MAX_MAPS, first=False):
-    saved = engine.HALF_HANDOFF, engine.FAST_FUSED_MAX_MAPS, engine.FAST_FUSED_FIRST
-    engine.HALF_HANDOFF, engine.FAST_FUSED_MAX_MAPS, engine.FAST_FUSED_FIRST = handoff, fused_max_maps, first
+def build(network, precision, handoff=True, fused_max_maps=engine.FAST_FUSED_MAX_MAPS):
+    saved = engine.HALF_HANDOFF, engine.FAST_FUSED_MAX_MAPS
+    engine.HALF_HANDOFF, engine.FAST_FUSED_MAX_MAPS = handoff, fused_max_maps
     try:
         return Engine(network, device="cuda", precision=precision)
     finally:
-        engine.HALF_HANDOFF, engine.FAST_FUSED_MAX_MAPS, engine.FAST_FUSED_FIRST = saved
+        engine.HALF_HANDOFF, engine.FAST_FUSED_MAX_MAPS = saved
 
 
 def engines_for(network):
     """AB=handoff (default): the FP16 hand-off on and off; AB=fused: fa20's fused second conv on triton-tc-fused
-    (FAST_FUSED_MAX_MAPS 16) and on the exact fused kernel (0, as before); AB=first: the one-channel first convs
-    on triton-tc-fused too (FAST_FUSED_FIRST) or not."""
-    if os.environ.get("AB") == "first":
-        return {"exact": build(network, "exact"), "fast first tc-fused": build(network, "fast", first=True),
-                "fast": build(network, "fast")}
+    (FAST_FUSED_MAX_MAPS 16) and on the exact fused kernel (0, as before). (AB=first, the one-channel first convs
+    on triton-tc-fused too, is in this file at 167eb80 with the engine knob it needs.)"""
     if os.environ.get("AB") == "fused":
         return {"exact": build(network, "exact"), "fast tc-fused": build(network, "fast"),
                 "fast exact-fused (main)": build(network, "fast", fused_max_maps=0)}
