@@ -1,0 +1,6 @@
+#!/bin/bash
+# Call 4: the probe as an integer max of exponent bits: the diagnosis again, then call 2's checks and timings.
+export PYTHONPATH=$PWD
+O=${OUT:-/tmp}
+timeout 120 python3 benchmarks/2026-11-27-h100-tc-fused-fixup-first-convs/nonfinite_diag.py $O 2>&1 | tee $O/nonfinite_diag.txt
+bash benchmarks/2026-11-27-h100-tc-fused-fixup-first-convs/device_run2.sh
