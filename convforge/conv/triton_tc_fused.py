@@ -328,6 +328,15 @@ def pack_weights_fp16(weight: torch.Tensor, pitch: int) -> torch.Tensor:
     return packed
 
 
+def _open_call(x: torch.Tensor, out: Optional[torch.Tensor], channels: int, kernel: int, maps: int, pool: int):
+    """Both kernels' call opening: x checked; the pooled output's height and width, its buffer and the result to
+    return (common.output_for)."""
+    common.check_input(x, channels, kernel)
+    batch, _, height, width = x.shape
+    hp, wp = (height - kernel + 1) // pool, (width - kernel + 1) // pool
+    return (hp, wp, *common.output_for(out, (batch, maps, hp, wp), x))
+
+
 def _prepare(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Optional[str], pool: int,
              config: Optional[TcConfig]):
     maps, channels, kernel, kernel_w = weight.shape
@@ -353,12 +362,10 @@ def _prepare(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Opt
     launches: dict = {}   # input (H, W) -> (offset table, constants): one dict lookup per call
 
     def run(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
-        common.check_input(x, channels, kernel)
-        batch, _, height, width = x.shape
-        hp, wp = (height - kernel + 1) // pool, (width - kernel + 1) // pool
-        buffer, result = common.output_for(out, (batch, maps, hp, wp), x)
-        if hp == 0 or wp == 0 or batch == 0:
+        hp, wp, buffer, result = _open_call(x, out, channels, kernel, maps, pool)
+        if buffer.numel() == 0:
             return common.finish(buffer, result)
+        height, width = x.shape[2:]
         entry = launches.get((height, width))
         if entry is None:
             entry = launches[(height, width)] = (
@@ -392,12 +399,10 @@ def _prepare_rows(weight: torch.Tensor, bias: Optional[torch.Tensor], activation
     probe_buffers: dict = {}
 
     def run(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
-        common.check_input(x, channels, kernel)
-        batch, _, height, width = x.shape
-        hp, wp = (height - kernel + 1) // pool, (width - kernel + 1) // pool
-        buffer, result = common.output_for(out, (batch, maps, hp, wp), x)
-        if hp == 0 or wp == 0 or batch == 0:
+        hp, wp, buffer, result = _open_call(x, out, channels, kernel, maps, pool)
+        if buffer.numel() == 0:
             return common.finish(buffer, result)
+        height, width = x.shape[2:]
         ncb = -(-(wp * pool) // uc)
         entry = launches.get((height, width))
         if entry is None:
