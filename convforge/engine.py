@@ -33,8 +33,9 @@ from convforge.models import Activation, Conv, ConvShape, Dense, Flatten, Networ
 PRECISIONS = ("exact", "fast")
 FAST_CONV = "cuda-tc-fp16"
 # Many-channel layers whose activation and pool are fused, with few maps: triton-tc-fused's rows kernel (fa20 L2,
-# 16 maps, relu + pool 4: 0.474 ms against 1.333 for the exact fused kernel on an H100; with 24 maps its gather
-# kernel lost to the exact one: benchmarks/2026-11-27-h100-triton-tc-fused).
+# 16 maps, relu + pool 4: 0.493 ms with its non-finite probe and fix-up against 1.371 for the exact fused kernel on
+# an H100, benchmarks/2026-11-27-h100-tc-fused-fixup-first-convs; with 24 maps its gather kernel lost to the exact
+# one: benchmarks/2026-11-27-h100-triton-tc-fused).
 FAST_FUSED_CONV = "triton-tc-fused"
 FAST_FUSED_MAX_MAPS = 16
 # The fast path hands a tensor-core conv's output to the dense layer after it in FP16 (half the bytes written
