@@ -299,10 +299,14 @@ def test_tc_fused_non_finite_inputs_land_as_in_torch(value):
     impl = conv.get("triton-tc-fused")
     x, w, b = _case((1, 5, 3, 13, 13, 3), seed=9, bias=True)
     x[0, 1, 4, 6] = value
+
+    def torch_layer(inputs, pool):   # torch's float64 conv (+ tanh and max pool), the oracle for NaN/Inf positions
+        out = F.conv2d(inputs.cpu().double(), w.cpu().double(), b.cpu().double())
+        return F.max_pool2d(torch.tanh(out), pool) if pool > 1 else out
+
     for activation, pool in ((None, 1), ("tanh", 2)):
         fn = impl.prepare_fused(w, b, activation, pool) if pool > 1 else impl.prepare(w, b)
-        want = F.conv2d(x.cpu().double(), w.cpu().double(), b.cpu().double())
-        want = F.max_pool2d(torch.tanh(want), pool) if pool > 1 else want
+        want = torch_layer(x, pool)
         got = fn(x).cpu().double()
         for test in (torch.isnan, torch.isposinf, torch.isneginf):
             assert torch.equal(test(got), test(want)), (activation, pool, test.__name__)
@@ -311,8 +315,7 @@ def test_tc_fused_non_finite_inputs_land_as_in_torch(value):
         # The next call on finite data through the same launch (its probe buffer reused) is all finite again.
         clean = x.clone()
         clean[0, 1, 4, 6] = 0.5
-        want = F.conv2d(clean.cpu().double(), w.cpu().double(), b.cpu().double())
-        want = F.max_pool2d(torch.tanh(want), pool) if pool > 1 else want
+        want = torch_layer(clean, pool)
         assert (fn(clean).cpu().double() - want).norm() <= impl.tolerance * want.norm()
 
 
