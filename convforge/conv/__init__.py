@@ -261,20 +261,21 @@ def add_bias(y: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
     return y
 
 
-def output_buffer(out: Optional[torch.Tensor], shape: tuple[int, ...],
-                  like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def output_buffer(out: Optional[torch.Tensor], shape: tuple[int, ...], like: torch.Tensor,
+                  dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
     """For kernel wrappers: (buffer the kernel writes, tensor to return). ``out`` itself when it is a
-    contiguous float32 buffer of the right shape on the input's device, else a fresh tensor that
-    ``finish_output`` copies into ``out`` afterwards."""
+    contiguous ``dtype`` buffer of the right shape on the input's device, else a fresh tensor that
+    ``finish_output`` copies into ``out`` afterwards. ``dtype``: float32, or float16 for a kernel asked for
+    an FP16 output (``out_dtype``)."""
     if out is None:
-        y = torch.empty(shape, dtype=torch.float32, device=like.device)
+        y = torch.empty(shape, dtype=dtype, device=like.device)
         return y, y
-    if tuple(out.shape) != tuple(shape) or out.dtype != torch.float32 or out.device != like.device:
-        raise ValueError(f"out must be float32 {tuple(shape)} on {like.device}, got {out.dtype} "
-                         f"{tuple(out.shape)} on {out.device}")
+    if tuple(out.shape) != tuple(shape) or out.dtype != dtype or out.device != like.device:
+        raise ValueError(f"out must be {str(dtype).removeprefix('torch.')} {tuple(shape)} on {like.device}, got "
+                         f"{out.dtype} {tuple(out.shape)} on {out.device}")
     if out.is_contiguous():
         return out, out
-    return torch.empty(shape, dtype=torch.float32, device=like.device), out
+    return torch.empty(shape, dtype=dtype, device=like.device), out
 
 
 def finish_output(buffer: torch.Tensor, result: torch.Tensor) -> torch.Tensor:

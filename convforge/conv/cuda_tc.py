@@ -419,15 +419,7 @@ class TcLayer:
         B = x.shape[0]
         if B > cc.INT32_MAX - self.per_unit:   # the kernel counts units of per_unit images in int32
             raise ValueError(f"batch {B} is too large for one launch (at most {cc.INT32_MAX - self.per_unit})")
-        if self.out_dtype == torch.float32:
-            y, result = cc.output(out, (B, g.M, g.ho, g.wo), x)
-        elif out is None:   # the FP16 output is for the caller's next step
-            y = result = torch.empty((B, g.M, g.ho, g.wo), dtype=self.out_dtype, device=x.device)
-        elif out.dtype != self.out_dtype or tuple(out.shape) != (B, g.M, g.ho, g.wo) or not out.is_contiguous():
-            raise ValueError(f"out must be a contiguous float16 {(B, g.M, g.ho, g.wo)} tensor for this FP16-output "
-                             f"layer, got {out.dtype} {tuple(out.shape)}")
-        else:
-            y = result = out
+        y, result = cc.output(out, (B, g.M, g.ho, g.wo), x, self.out_dtype)
         if y.data_ptr() % self.store_alignment:
             y = torch.empty_like(y)  # vector stores need an aligned buffer (torch allocations always are)
         if y.numel():
