@@ -44,6 +44,13 @@ TILES_THREADS = 128       # dense_tiles.cu THREADS
 # for sp18/sp19 at 100 rows, 64 x 64 for fa17 from 100 rows, 32 outputs x 64 columns for the 140/160-output
 # layers at 10000 rows (fa18's 17496 -> 160: 1005 against 1152 us for tc3).
 TC = {"tc3": (32, 32, 256, 8), "tc3-wide": (64, 64, 512, 4), "tc3-deep": (32, 64, 256, 8)}
+# FP16 layers only (the fast path's fc1 after the FP16 hand-off): the same kernel in blocks of 128 rows (for more
+# than 64) with a 4-stage pipeline, one slice where the tiles fill the GPU. At 10000 rows on an H100, sp18's
+# 10816 -> 140: 0.139 ms against 0.172 for tc3-wide and 0.197 for cuBLAS; sp19's 5184 -> 140: 0.087 / 0.093 / 0.111
+# (the best of 132 launch shapes, benchmarks/2026-11-27-h100-fast-dense-fp16-forms).
+TC_HALF = {"tc-tall": (64, 64, 512, 2)}
+TC_HALF_ROWS, TC_HALF_STAGES = 128, 4
+TC_ALL = {**TC, **TC_HALF}
 TC_WARPS, TC_STAGES = 4, 3
 
 
@@ -60,17 +67,19 @@ def kernel_specs() -> tuple[cc.KernelSpec, ...]:
                  + [tiles_spec(m) for m in sorted({m for m, _ in TILES.values()})])
 
 
-def tc_rows_per_block(rows: int) -> int:
+def tc_rows_per_block(rows: int, variant: str = "tc3") -> int:
     """BM of a tensor-core form: the smallest of 16 / 32 / 64 that holds the rows (an mma is 16 rows tall;
-    128 was slower at 1000-10000 rows but for fa17's layer at 1000)."""
+    128 was slower at 1000-10000 rows but for fa17's layer at 1000); TC_HALF's forms take 128 for more than 64."""
+    if variant in TC_HALF and rows > 64:
+        return TC_HALF_ROWS
     return next(m for m in (16, 32, 64) if m >= rows or m == 64)
 
 
 def tc_slices(rows: int, outputs: int, depth: int, sm_count: int, variant: str = "tc3") -> tuple[int, int]:
     """(slices, slice length) of the reduction for a tensor-core form: the length a multiple of its BK, every
     slice non-empty."""
-    bn, bk, min_slice, per_sm = TC[variant]
-    tiles = cc.cdiv(rows, tc_rows_per_block(rows)) * cc.cdiv(outputs, bn)
+    bn, bk, min_slice, per_sm = TC_ALL[variant]
+    tiles = cc.cdiv(rows, tc_rows_per_block(rows, variant)) * cc.cdiv(outputs, bn)
     return split_reduction(depth, tiles, per_sm * sm_count, min_slice, bk)
 
 
@@ -141,13 +150,14 @@ class GpuDense:
     - ``tc3`` / ``tc3-wide`` / ``tc3-deep``: gpu_dense_tc.py's Triton kernel on the tensor cores with split
       TF32 (3xTF32, fp32-accurate), split-K, blocks of 32 / 64 / 32 outputs over steps of 32 / 64 / 64
       columns (TC), summed by gemv's sum kernel; for any rows, where
-      Triton and CuPy are present and the GPU has TF32 (sm_80 on).
+      Triton and CuPy are present and the GPU has TF32 (sm_80 on);
+    - ``tc-tall``: the same kernel on FP16 layers only, in blocks of 128 rows x 64 outputs (TC_HALF).
     (benchmarks/2026-11-26-h100-h200-whole-network-floors/small_dense.txt)
     ``activation`` (None, tanh, relu, sigmoid) is applied to the output: inside gemv's sum kernel, in place after
     the cuBLAS forms."""
 
     VARIANTS = ("linear", "transposed", "output-major", "split-k", "gemv", "gemv4", "gemv8", "tiles",
-                "tiles-fine", "tiles-tall", *TC)
+                "tiles-fine", "tiles-tall", *TC, *TC_HALF)
     OWN_KERNELS = ("gemv", "gemv4", "gemv8", *TILES)   # this project's kernels: the conditions of has_gemv
     GEMV_GROUPS = {"gemv": None, "gemv4": 4, "gemv8": 8}   # None: the smallest compiled group that holds the rows
     SPLITS = (16, 12, 8)     # the first that divides K into parts of at least MIN_SPLIT_DEPTH
@@ -180,8 +190,8 @@ class GpuDense:
     def variants(self) -> tuple[str, ...]:
         """The forms this layer has (for any batch: ``gemv`` also needs at most 128 rows, see ``serves``)."""
         return tuple(v for v in self.VARIANTS if (v != "split-k" or self.splits)
-                     and (v not in self.OWN_KERNELS or self.has_gemv) and (v not in TC or self.has_tc)
-                     and (not self.half or v in ("linear", "transposed", *TC)))
+                     and (v not in self.OWN_KERNELS or self.has_gemv) and (v not in TC_ALL or self.has_tc)
+                     and (self.half or v not in TC_HALF) and (not self.half or v in ("linear", "transposed", *TC_ALL)))
 
     def serves(self, variant: str, rows: int) -> bool:
         """Whether ``variant`` runs ``rows`` rows: gemv for at most GEMV_MAX_ROWS, its fixed groups only where
@@ -191,7 +201,7 @@ class GpuDense:
             return False
         if variant in TILES:
             return TILES_ROWS[0] <= rows <= TILES_ROWS[1]
-        if variant in TC:   # any rows whose x offsets fit the Triton kernel's 32-bit index arithmetic
+        if variant in TC_ALL:   # any rows whose x offsets fit the Triton kernel's 32-bit index arithmetic
             return rows * self.weight.shape[1] < 2 ** 31
         if variant not in self.GEMV_GROUPS:   # the cuBLAS forms: any rows
             return True
@@ -203,12 +213,14 @@ class GpuDense:
         activation."""
         rows, depth = x.shape
         outputs = self.weight.shape[0]
-        if variant in TC:   # Triton: any strides of x
+        if variant in TC_ALL:   # Triton: any strides of x
             from convforge import gpu_dense_tc
             slices, length = tc_slices(rows, outputs, depth, cc.device_info(x.device).sm_count, variant)
             part = scratch((slices, rows, outputs), x.device)
-            gpu_dense_tc.launch_part(x, self.weight, part, length, (tc_rows_per_block(rows), *TC[variant][:2]),
-                                     TC_WARPS, TC_STAGES, "tf32" if self.half else "tf32x3")
+            gpu_dense_tc.launch_part(x, self.weight, part, length,
+                                     (tc_rows_per_block(rows, variant), *TC_ALL[variant][:2]), TC_WARPS,
+                                     TC_HALF_STAGES if variant in TC_HALF else TC_STAGES,
+                                     "tf32" if self.half else "tf32x3")
             return self._sum(kernel_specs()[0], part, rows, outputs, slices)
         if not x.is_contiguous() or x.data_ptr() % 16:
             x = x.contiguous() if not x.is_contiguous() else x.clone()
@@ -241,7 +253,7 @@ class GpuDense:
         return y
 
     def run(self, variant: str, x: torch.Tensor) -> torch.Tensor:
-        if (variant in self.OWN_KERNELS or variant in TC) and self.serves(variant, x.shape[0]):
+        if (variant in self.OWN_KERNELS or variant in TC_ALL) and self.serves(variant, x.shape[0]):
             return self._split_k(variant, x)
         y = self._product(variant, x)
         return y if self.activation is None else getattr(y, f"{self.activation}_")()   # tanh_, relu_, sigmoid_

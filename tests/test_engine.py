@@ -246,12 +246,12 @@ def test_gpu_dense_fp16_forms_match_float64(device):
     GPU with Triton, the tensor-core forms on FP16 operands, all within the reduced tolerance of float64 with an
     fp32 result, bias added in fp32; the fp32-only forms are not offered."""
     from convforge.engine import median_seconds
-    from convforge.gpu_dense import TC, GpuDense
+    from convforge.gpu_dense import TC_ALL, GpuDense
     gen = torch.Generator().manual_seed(9)
     weight = (torch.randn(140, 10816, generator=gen) * 0.01).to(device)
     bias = torch.randn(140, generator=gen).to(device)
     dense = GpuDense(weight.half(), bias, median_seconds)
-    expected = ("linear", "transposed") + (tuple(TC) if device == "cuda" and dense.has_tc else ())
+    expected = ("linear", "transposed") + (tuple(TC_ALL) if device == "cuda" and dense.has_tc else ())
     assert dense.variants == expected
     for rows in (3, 100, 1000):
         x = (torch.rand(rows, 10816, generator=gen) * 2 - 1).to(device)
@@ -439,6 +439,7 @@ def test_gpu_dense_tensor_core_3xtf32_matches_float64(monkeypatch):
         b = torch.randn(outputs, device="cuda", generator=gen)
         dense = gpu_dense.GpuDense(weight, b, median_seconds)
         assert set(gpu_dense.TC) <= set(dense.variants) and dense.serves("tc3", 1)
+        assert not set(gpu_dense.TC_HALF) & set(dense.variants)   # FP16 layers' forms only
         for rows in (1, 17, 100, 333, 1000):
             x = torch.rand(rows, depth, device="cuda", generator=gen) * 255
             ref = torch.nn.functional.linear(x.double(), weight.double(), b.double())
@@ -469,10 +470,12 @@ def test_gpu_dense_tensor_core_forms_plan(monkeypatch):
     a multiple of the 32-column step and none is empty; the kernel specs are one table, built once."""
     from convforge import gpu_dense
     assert [gpu_dense.tc_rows_per_block(r) for r in (1, 16, 17, 32, 33, 100, 10000)] == [16, 16, 32, 32, 64, 64, 64]
+    assert [gpu_dense.tc_rows_per_block(r, "tc-tall") for r in (1, 64, 65, 10000)] == [16, 64, 128, 128]
+    assert gpu_dense.tc_slices(10000, 140, 10816, 132, "tc-tall") == (1, 10816)   # 79 x 3 tiles fill 132 SMs
     for rows, outputs, depth in ((100, 160, 17496), (10, 500, 7200), (333, 45, 1030), (1, 37, 203), (10000, 500, 7200)):
-        for variant in gpu_dense.TC:
+        for variant in gpu_dense.TC_ALL:
             slices, length = gpu_dense.tc_slices(rows, outputs, depth, 132, variant)
-            assert length % gpu_dense.TC[variant][1] == 0 and (slices - 1) * length < depth <= slices * length
+            assert length % gpu_dense.TC_ALL[variant][1] == 0 and (slices - 1) * length < depth <= slices * length
     # 2 x 5 tiles: min(8 x 132 // 10, 17496 // 256) = 68 slices wanted, of 258 columns -> 288: 61 slices
     assert gpu_dense.tc_slices(100, 160, 17496, 132) == (61, 288)
     assert gpu_dense.kernel_specs() is gpu_dense.kernel_specs()
