@@ -701,6 +701,50 @@ def _check_half_output(shape, config, device, seed):
     assert rows(x.to(device)).dtype == torch.float32   # only the gather kernel writes FP16
 
 
+# The gather kernel's FP16 image pairs (xh=1: FP16 only, even widths): K odd (each kernel row padded with a zero tap,
+# whose input is the next row's first or the image's padding) and even, a 1 x 2 image, sp19 L2's tuned launch.
+XH_CASES = (((2, 5, 3, 12, 10, 5), {"kernel": "gather", "xh": 1, "rm": 1, "nt": 64}),
+            ((2, 9, 3, 9, 10, 4), {"kernel": "gather", "xh": 1, "rm": 4}),
+            ((1, 1, 1, 1, 2, 1), {"kernel": "gather", "xh": 1}),
+            ((2, 16, 6, 22, 22, 5), {"kernel": "gather", "xh": 1, "rm": 2, "nt": 128, "cs": 1}))
+
+
+def _check_xh(shape, config, device, seed):
+    """xh=1 against float64 (reduced tolerance, out poisoned), NaN/Inf where torch puts them, and with an FP16
+    output."""
+    from convforge.conv import cuda_tc
+    x, w, b = _data(shape, seed=seed, bias=True)
+    fn = cuda_tc.prepare(w.to(device), b.to(device), precision="fp16", config=config)
+    assert fn.layer_for(shape[3], shape[4]).geom.xh == 1
+    _check(fn, x.to(device), _reference(x, w, b), 1e-2, f"tc xh {shape} {config}")
+    _check_nonfinite(lambda w, b: cuda_tc.prepare(w, b, precision="fp16", config=config), shape, seed + 1, device,
+                     f"tc xh {shape} {config}", fp16_overflow=True)
+    _check_half_output(shape, config, device, seed + 2)
+
+
+@needs_cxx
+@pytest.mark.parametrize("case", XH_CASES, ids=str)
+def test_emulated_tc_fp16_image_pairs(emulation, case):
+    _check_xh(*case, "cpu", zlib.crc32(repr(case).encode()))
+
+
+@needs_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", XH_CASES + (((1500, 16, 6, 30, 30, 5), {"kernel": "gather", "xh": 1}),), ids=str)
+def test_gpu_tc_fp16_image_pairs(case):
+    _check_xh(*case, "cuda", zlib.crc32(repr(case).encode()))
+
+
+def test_tc_fp16_image_pairs_refuse_odd_widths_and_tf32():
+    from convforge.conv import cuda_tc
+    with pytest.raises(ValueError, match="xh=1"):
+        cuda_tc.plan(16, 6, 22, 21, 5, "fp16", {"xh": 1})
+    with pytest.raises(ValueError, match="xh=1"):
+        cuda_tc.plan(16, 6, 22, 22, 5, "tf32", {"xh": 1})
+    geom = cuda_tc.plan(16, 6, 30, 30, 5, "fp16", {"xh": 1})
+    assert (geom.ke, geom.kr, geom.kp, geom.xs_floats) == (6, 180, 192, 2 * (6 * 30 * 30 // 2 + 1))
+
+
 @needs_cxx
 @pytest.mark.parametrize("case", HALF_OUTPUT_CASES[:2], ids=str)
 def test_emulated_tc_fp16_half_output(emulation, case):

@@ -10,7 +10,10 @@ host) and staged once per block. Blocks loop over images.
 Course step: beyond the course's fp32 kernels, its "tensor cores" / "FP16" optimisations (reduced
 precision, declared: tolerance 1e-2).
 Bottleneck: the A-fragment gathers (one shared load, one add and a conversion per element; 8 per k step
-per 16 rows), not the tensor cores: fa18 L2 has 48 FLOPs per gathered element.
+per 16 rows), not the tensor cores: fa18 L2 has 48 FLOPs per gathered element. ``xh=1`` (FP16, even widths)
+stages the image as FP16 pairs, one shared load per A register (tc.cu's header): sp18 L2 0.342 against 0.401 ms
+for its best fp32-image launch, sp19 L2 0.183 against 0.198 (H100,
+benchmarks/2026-11-27-h100-fast-sp18-sp19-second-conv).
 
 Three kernels, chosen per layer (``config={"kernel": "gather" | "rows" | "pairs"}``; default: the measured
 winner in ``convforge/tuning/cuda-tc.json``, else ``default_kernel``). ``cuda/tc_rows.cu`` treats each filter row as a banded (Toeplitz)
@@ -96,11 +99,14 @@ class TcGeometry(LayerShape):
     bsmem: bool = True
     cs: int = 0                 # 1: evict-first (streaming) output stores
     out_half: bool = False      # y in FP16 (CF_OUT_HALF): for a consumer that reads FP16 (``prepare``'s out_dtype)
+    xh: int = 0                 # 1: the image staged as FP16 pairs (CF_XHALF, tc.cu's header): FP16, even W
 
     @property
     def kstep(self): return 16 if self.precision == "fp16" else 8
     @property
-    def kr(self): return self.C * self.K * self.K
+    def ke(self): return self.K + (self.K & 1) if self.xh else self.K   # taps per kernel row in the reduction
+    @property
+    def kr(self): return self.C * self.K * self.ke
     @property
     def ks(self): return cc.cdiv(self.kr, self.kstep)
     @property
@@ -110,7 +116,10 @@ class TcGeometry(LayerShape):
     @property
     def img(self): return self.C * self.H * self.W
     @property
-    def xs_floats(self): return cc.cdiv(self.img, 4) * 4 if self.xsmem else 0
+    def xs_floats(self):
+        if self.xh:
+            return 2 * (self.img // 2 + 1)    # two FP16 copies of img / 2 + 1 words
+        return cc.cdiv(self.img, 4) * 4 if self.xsmem else 0
     @property
     def bs_words(self): return self.ks * self.ntl * 64 if self.bsmem else 0
     @property
@@ -121,10 +130,12 @@ class TcGeometry(LayerShape):
                                 CF_PREC=1 if self.precision == "fp16" else 0, CF_RM=self.rm, CF_NT=self.nt,
                                 CF_XSMEM=int(self.xsmem), CF_BSMEM=int(self.bsmem), CF_TF32_ROUND=self.round,
                                 **({"CF_STREAM_STORES": 1} if self.cs else {}),
-                                **({"CF_OUT_HALF": 1} if self.out_half else {}))
+                                **({"CF_OUT_HALF": 1} if self.out_half else {}),
+                                **({"CF_XHALF": 1} if self.xh else {}))
 
 
 CS_CHOICES = {0: "plain stores", 1: "evict-first"}
+XH_CHOICES = {0: "fp32 image, gathered per element", 1: "FP16 image pairs"}
 
 
 def _option(cfg: dict, key: str, choices: dict) -> int:
@@ -141,14 +152,19 @@ def plan(M: int, C: int, H: int, W: int, K: int, precision: str, config: Optiona
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     cfg = {**DEFAULT_CONFIG, **(config or {})}
-    unknown = set(cfg) - {"rm", "nt", "round", "cs"}
+    unknown = set(cfg) - {"rm", "nt", "round", "cs", "xh"}
     if unknown:
         raise ValueError(f"unknown launch parameters {sorted(unknown)}")
     if cfg["rm"] < 1 or cfg["nt"] % 32 or not 32 <= cfg["nt"] <= 1024:
         raise ValueError(f"bad launch parameters {cfg}")
     geom = TcGeometry(M, C, H, W, K, precision, int(cfg["rm"]), int(cfg["nt"]), int(cfg["round"]),
-                      cs=_option(cfg, "cs", CS_CHOICES))
+                      cs=_option(cfg, "cs", CS_CHOICES), xh=_option(cfg, "xh", XH_CHOICES))
+    if geom.xh and (precision != "fp16" or W % 2):
+        raise ValueError(f"xh=1 (FP16 image pairs) needs precision fp16 and an even input width, got {precision} "
+                         f"and width {W}; leave xh out")
     for xsmem, bsmem in ((True, True), (True, False), (False, True), (False, False)):
+        if geom.xh and not xsmem:   # the pairs live in shared memory only
+            continue
         g = replace(geom, xsmem=xsmem, bsmem=bsmem)
         if g.smem_bytes <= smem_optin:
             return g
@@ -335,10 +351,11 @@ def kernel_specs(M: int, C: int, H: int, W: int, K: int, precision: str = "tf32"
 
 
 def pack_fragments(weight: torch.Tensor, geom: TcGeometry) -> torch.Tensor:
-    """B = weights^T (C*K*K x maps, zero padded) in fragment order: [k step][map tile][lane][register]."""
+    """B = weights^T (C*K*KE x maps, zero padded) in fragment order: [k step][map tile][lane][register]."""
     M = weight.shape[0]
     wmat = torch.zeros(geom.ntl * 8, geom.kp, dtype=torch.float32, device=weight.device)
-    wmat[:M, :geom.kr] = weight.reshape(M, -1)
+    # kernel rows padded with zero taps to geom.ke (xh)
+    wmat[:M, :geom.kr] = torch.nn.functional.pad(weight, (0, geom.ke - geom.K)).reshape(M, -1)
     dev = weight.device
     ks = torch.arange(geom.ks, device=dev).view(-1, 1, 1, 1)
     nt = torch.arange(geom.ntl, device=dev).view(1, -1, 1, 1)

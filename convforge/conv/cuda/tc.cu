@@ -23,7 +23,12 @@
 // saw one replaces its non-finite outputs by exact fp32 values after its last image (nonfinite.cuh).
 // Constants: CF_M CF_C CF_H CF_W CF_K, CF_PREC (0 tf32, 1 fp16), CF_RM, CF_NT, CF_XSMEM, CF_BSMEM,
 // CF_TF32_ROUND, CF_STREAM_STORES (evict-first output stores), CF_OUT_HALF (1: y in FP16, for a consumer that
-// reads FP16: half the output bytes; the caller bounds the values).
+// reads FP16: half the output bytes; the caller bounds the values), CF_XHALF (below).
+// CF_XHALF (FP16, W even): the image is staged once as FP16 in two copies, the second shifted by one element, and
+// the reduction runs over kernel rows padded to an even number of taps KE (a zero-weight tap past an odd K). A
+// register's two k (2t, 2t+1: taps q, q+1 of one kernel row, q even) are then two neighbouring inputs, which sit
+// in one aligned 32-bit word of the copy matching the position's column parity: one shared load per register,
+// where the fp32 image takes two loads, two address adds and a conversion.
 
 #include "async_copy.cuh"
 #include "mma.cuh"
@@ -51,22 +56,28 @@
 #ifndef CF_OUT_HALF
 #define CF_OUT_HALF 0
 #endif
+#ifndef CF_XHALF
+#define CF_XHALF 0
+#endif
 
 namespace {
 
 constexpr int M = CF_M, C = CF_C, H = CF_H, W = CF_W, K = CF_K, RM = CF_RM, NT = CF_NT;
 constexpr int HO = H - K + 1, WO = W - K + 1, P = HO * WO;
-constexpr int KR = C * K * K;                          // reduction length
+constexpr int KE = CF_XHALF ? K + (K & 1) : K;         // taps per kernel row in the reduction (CF_XHALF: even)
+constexpr int KR = C * K * KE;                         // reduction length
 constexpr int KSTEP = CF_PREC ? 16 : 8;                // the instruction's k
 constexpr int KS = (KR + KSTEP - 1) / KSTEP;           // k steps
 constexpr int KP = KS * KSTEP;                         // padded reduction length
 constexpr int NTL = (M + 7) / 8;                       // 8-map tiles
 constexpr int IMG = C * H * W;
-constexpr int XS_FLOATS = CF_XSMEM ? (IMG + 3) / 4 * 4 : 0;
+constexpr int XW = IMG / 2 + 1;                        // CF_XHALF: 32-bit words per FP16 copy (one of padding)
+constexpr int XS_FLOATS = CF_XHALF ? 2 * XW : CF_XSMEM ? (IMG + 3) / 4 * 4 : 0;
 constexpr int BS_WORDS = CF_BSMEM ? KS * NTL * 64 : 0;   // two 32-bit registers per lane per (k step, map tile)
 constexpr int PT = (P + 16 * RM - 1) / (16 * RM);      // position tiles per image
 constexpr int NWARPS = NT / 32;
 static_assert(NT % 32 == 0, "CF_NT must be a multiple of 32");
+static_assert(!CF_XHALF || (CF_PREC == 1 && CF_XSMEM && W % 2 == 0), "CF_XHALF needs FP16, CF_XSMEM and an even W");
 #if CF_OUT_HALF
 typedef unsigned short out_t;                          // FP16 bits (stores.cuh's output_element)
 #else
@@ -77,6 +88,18 @@ typedef float out_t;
 __device__ __forceinline__ float at(const float* base, int off)
 {
     return *reinterpret_cast<const float*>(reinterpret_cast<const char*>(base) + off);
+}
+
+// the 32-bit word (two FP16 inputs) at byte offset `off` from `base` (CF_XHALF)
+__device__ __forceinline__ unsigned word_at(const float* base, int off)
+{
+    return *reinterpret_cast<const unsigned*>(reinterpret_cast<const char*>(base) + off);
+}
+
+// CF_XHALF: the byte offset of input element e's pair (e, e + 1) in the copy matching e's parity
+__device__ __forceinline__ int pair_offset(int e)
+{
+    return (e & 1) * (4 * XW) + (e >> 1) * 4;
 }
 
 }  // namespace
@@ -93,10 +116,11 @@ conv_tc(out_t* __restrict__ y, const float* __restrict__ x, const unsigned* __re
     const int gid = lane >> 2, tig = lane & 3;
 
     require_dynamic_smem(4u * (XS_FLOATS + BS_WORDS + KP));
-    // per block, once: the k -> input byte offset table (padded k points at element 0; its weight is zero)
+    // per block, once: the k -> input byte offset table (padded k points at element 0; its weight is zero).
+    // CF_XHALF: offsets within a copy, of even elements (q even, W even), read for even k only.
     for (int k = tid; k < KP; k += NT) {
-        const int c = k / (K * K), r = k - c * (K * K), p = r / K, q = r - p * K;
-        koff[k] = k < KR ? 4 * ((c * H + p) * W + q) : 0;     // bytes
+        const int c = k / (K * KE), r = k - c * (K * KE), p = r / KE, q = r - p * KE;
+        koff[k] = k < KR ? (CF_XHALF ? 2 : 4) * ((c * H + p) * W + q) : 0;     // bytes
     }
     if constexpr (CF_BSMEM) {
         for (int i = tid; i < BS_WORDS; i += NT) {
@@ -111,7 +135,16 @@ conv_tc(out_t* __restrict__ y, const float* __restrict__ x, const unsigned* __re
         const float* const xb = x + b * (long long)IMG;
         if constexpr (CF_XSMEM) {
             __syncthreads();                                   // the previous image is done with xs
-            if constexpr (IMG % 4 == 0) {
+            if constexpr (CF_XHALF) {   // word j: (x[2j], x[2j+1]) in the first copy, (x[2j+1], x[2j+2]) in the second
+                unsigned* const xw = reinterpret_cast<unsigned*>(xs);
+                for (int j = tid; j < XW; j += NT) {
+                    const float v0 = 2 * j < IMG ? __ldg(xb + 2 * j) : 0.0f;
+                    const float v1 = 2 * j + 1 < IMG ? __ldg(xb + 2 * j + 1) : 0.0f;
+                    const float v2 = 2 * j + 2 < IMG ? __ldg(xb + 2 * j + 2) : 0.0f;
+                    xw[j] = half2_bits(v0, v1);
+                    xw[XW + j] = half2_bits(v1, v2);
+                }
+            } else if constexpr (IMG % 4 == 0) {
                 const float4* src = reinterpret_cast<const float4*>(xb);   // 16-byte aligned: IMG % 4 == 0
                 for (int i = tid; i < IMG / 4; i += NT) smem4[i] = __ldg(src + i);
             } else {
@@ -126,8 +159,9 @@ conv_tc(out_t* __restrict__ y, const float* __restrict__ x, const unsigned* __re
 #pragma unroll
             for (int i = 0; i < RM; ++i) {
                 const int p0 = (tile * RM + i) * 16 + gid, p1 = p0 + 8;
-                rb0[i] = p0 < P ? 4 * ((p0 / WO) * W + p0 % WO) : 0;   // bytes
-                rb1[i] = p1 < P ? 4 * ((p1 / WO) * W + p1 % WO) : 0;
+                const int e0 = p0 < P ? (p0 / WO) * W + p0 % WO : 0, e1 = p1 < P ? (p1 / WO) * W + p1 % WO : 0;
+                rb0[i] = CF_XHALF ? pair_offset(e0) : 4 * e0;   // bytes
+                rb1[i] = CF_XHALF ? pair_offset(e1) : 4 * e1;
             }
             float acc[RM][NTL][4];
 #pragma unroll
@@ -148,6 +182,15 @@ conv_tc(out_t* __restrict__ y, const float* __restrict__ x, const unsigned* __re
                     a[i][1] = tf32_bits<CF_TF32_ROUND>(at(src, rb1[i] + k0));
                     a[i][2] = tf32_bits<CF_TF32_ROUND>(at(src, rb0[i] + k1));
                     a[i][3] = tf32_bits<CF_TF32_ROUND>(at(src, rb1[i] + k1));
+                }
+#elif CF_XHALF
+                const int k0 = koff[ks * 16 + 2 * tig], k2 = koff[ks * 16 + 2 * tig + 8];
+#pragma unroll
+                for (int i = 0; i < RM; ++i) {
+                    a[i][0] = word_at(src, rb0[i] + k0);
+                    a[i][1] = word_at(src, rb1[i] + k0);
+                    a[i][2] = word_at(src, rb0[i] + k2);
+                    a[i][3] = word_at(src, rb1[i] + k2);
                 }
 #else
                 const int k0 = koff[ks * 16 + 2 * tig], k1 = koff[ks * 16 + 2 * tig + 1];
