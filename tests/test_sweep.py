@@ -68,6 +68,9 @@ def test_every_cuda_variant_is_a_kernel_the_module_can_build(name):
                 assert specs and all(isinstance(k, cc.KernelSpec) for k in specs)
                 built += 1
     assert built >= 10, built
+    if name == "cuda-tc-fp16":   # the FP16 image pairs are swept where the width allows them
+        sp18_l2 = next(spec for spec in sweep.preset_layers() if spec.label == "sp18 L2")
+        assert {"kernel": "gather", "xh": 1, "rm": 4, "nt": 128, "cs": 1} in sweep.candidates(impl, sp18_l2, 1, 4)
 
 
 @pytest.mark.parametrize("name", ("triton-direct", "triton-fused-layer"))

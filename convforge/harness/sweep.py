@@ -98,8 +98,11 @@ def _chosen(impl, M: int, C: int, H: int, W: int, K: int, pool: int):
 
 
 def _tc_candidates(module, M, C, H, W, K, precision) -> list[dict]:
-    """The tensor-core designs: gather, rows (columns per mma row, threads, pipelining, maps per tile), pairs."""
+    """The tensor-core designs: gather (FP16 with an even width: also its FP16 image pairs, xh, at the launch shapes
+    that won sp18/sp19 L2), rows (columns per mma row, threads, pipelining, maps per tile), pairs."""
     configs = [{"kernel": "gather"}]
+    if precision == "fp16" and W % 2 == 0:
+        configs += [{"kernel": "gather", "xh": 1, "rm": rm, "nt": 128, "cs": 1} for rm in (2, 4)]
     if K <= 9:
         configs += [{"kernel": "rows", "nc": nc, "nt": nt} for nc in (1, 2, 4) for nt in (64, 128, 256)]
         configs += [{"kernel": "rows", "nc": nc, "nt": 128, "pipe": 2} for nc in (1, 2, 4)]
