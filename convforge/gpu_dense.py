@@ -18,7 +18,7 @@ import contextlib
 import contextvars
 import functools
 import importlib.util
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 import torch
 
@@ -38,20 +38,32 @@ TILES_PER_SM = 16         # split-K: slices enough for about this many blocks pe
 # 128, sp18 28.7 against 25.0).
 TILES = {"tiles": (64, 256), "tiles-fine": (64, 128), "tiles-tall": (128, 256)}
 TILES_THREADS = 128       # dense_tiles.cu THREADS
-# The tensor-core forms (gpu_dense_tc.py, Triton, 3xTF32): (outputs a block BN, reduction step BK, no slice
-# shorter than this many columns, blocks wanted per SM). The rows a block (BM) follow the batch: tc_rows_per_block.
-# At 100-10000 rows on an H100 (benchmarks/2026-11-27-h100-dense-3xtf32) no one shape won every layer: 32 x 32
-# for sp18/sp19 at 100 rows, 64 x 64 for fa17 from 100 rows, 32 outputs x 64 columns for the 140/160-output
-# layers at 10000 rows (fa18's 17496 -> 160: 1005 against 1152 us for tc3).
-TC = {"tc3": (32, 32, 256, 8), "tc3-wide": (64, 64, 512, 4), "tc3-deep": (32, 64, 256, 8)}
-# FP16 layers only (the fast path's fc1 after the FP16 hand-off): the same kernel in blocks of 128 rows (for more
-# than 64) with a 4-stage pipeline, one slice where the tiles fill the GPU. At 10000 rows on an H100, sp18's
-# 10816 -> 140: 0.139 ms against 0.172 for tc3-wide and 0.197 for cuBLAS; sp19's 5184 -> 140: 0.087 / 0.093 / 0.111
-# (the best of 132 launch shapes, benchmarks/2026-11-27-h100-fast-dense-fp16-forms).
-TC_HALF = {"tc-tall": (64, 64, 512, 2)}
-TC_HALF_ROWS, TC_HALF_STAGES = 128, 4
-TC_ALL = {**TC, **TC_HALF}
 TC_WARPS, TC_STAGES = 4, 3
+
+
+class TcForm(NamedTuple):
+    """A tensor-core form's launch shape: outputs a block (BN), reduction step (BK), no slice shorter than
+    ``min_slice`` columns, blocks wanted per SM, the most rows a block (BM follows the batch up to it:
+    tc_rows_per_block) and software-pipeline stages."""
+    bn: int
+    bk: int
+    min_slice: int
+    per_sm: int
+    max_bm: int = 64
+    stages: int = TC_STAGES
+
+
+# The tensor-core forms (gpu_dense_tc.py, Triton, 3xTF32). At 100-10000 rows on an H100
+# (benchmarks/2026-11-27-h100-dense-3xtf32) no one shape won every layer: 32 x 32 for sp18/sp19 at 100 rows,
+# 64 x 64 for fa17 from 100 rows, 32 outputs x 64 columns for the 140/160-output layers at 10000 rows (fa18's
+# 17496 -> 160: 1005 against 1152 us for tc3).
+TC = {"tc3": TcForm(32, 32, 256, 8), "tc3-wide": TcForm(64, 64, 512, 4), "tc3-deep": TcForm(32, 64, 256, 8)}
+# FP16 layers only (the fast path's fc1 after the FP16 hand-off): the same kernel in blocks of up to 128 rows with
+# a 4-stage pipeline, one slice where the tiles fill the GPU. At 10000 rows on an H100, sp18's 10816 -> 140:
+# 0.139 ms against 0.172 for tc3-wide and 0.197 for cuBLAS; sp19's 5184 -> 140: 0.087 / 0.093 / 0.111 (the best
+# of 132 launch shapes, benchmarks/2026-11-27-h100-fast-dense-fp16-forms).
+TC_HALF = {"tc-tall": TcForm(64, 64, 512, 2, max_bm=128, stages=4)}
+TC_ALL = {**TC, **TC_HALF}
 
 
 @functools.cache
@@ -68,19 +80,19 @@ def kernel_specs() -> tuple[cc.KernelSpec, ...]:
 
 
 def tc_rows_per_block(rows: int, variant: str = "tc3") -> int:
-    """BM of a tensor-core form: the smallest of 16 / 32 / 64 that holds the rows (an mma is 16 rows tall;
-    128 was slower at 1000-10000 rows but for fa17's layer at 1000); TC_HALF's forms take 128 for more than 64."""
-    if variant in TC_HALF and rows > 64:
-        return TC_HALF_ROWS
-    return next(m for m in (16, 32, 64) if m >= rows or m == 64)
+    """BM of a tensor-core form: the smallest power of two from 16 that holds the rows, at most the form's max_bm
+    (an mma is 16 rows tall; 128 was slower for the 3xTF32 forms at 1000-10000 rows but for fa17's layer at 1000,
+    and fastest for the FP16 one)."""
+    cap = TC_ALL[variant].max_bm
+    return next(m for m in (16, 32, 64, 128) if m >= rows or m == cap)
 
 
 def tc_slices(rows: int, outputs: int, depth: int, sm_count: int, variant: str = "tc3") -> tuple[int, int]:
     """(slices, slice length) of the reduction for a tensor-core form: the length a multiple of its BK, every
     slice non-empty."""
-    bn, bk, min_slice, per_sm = TC_ALL[variant]
-    tiles = cc.cdiv(rows, tc_rows_per_block(rows, variant)) * cc.cdiv(outputs, bn)
-    return split_reduction(depth, tiles, per_sm * sm_count, min_slice, bk)
+    form = TC_ALL[variant]
+    tiles = cc.cdiv(rows, tc_rows_per_block(rows, variant)) * cc.cdiv(outputs, form.bn)
+    return split_reduction(depth, tiles, form.per_sm * sm_count, form.min_slice, form.bk)
 
 
 def triton_present() -> bool:
@@ -217,10 +229,9 @@ class GpuDense:
             from convforge import gpu_dense_tc
             slices, length = tc_slices(rows, outputs, depth, cc.device_info(x.device).sm_count, variant)
             part = scratch((slices, rows, outputs), x.device)
-            gpu_dense_tc.launch_part(x, self.weight, part, length,
-                                     (tc_rows_per_block(rows, variant), *TC_ALL[variant][:2]), TC_WARPS,
-                                     TC_HALF_STAGES if variant in TC_HALF else TC_STAGES,
-                                     "tf32" if self.half else "tf32x3")
+            form = TC_ALL[variant]
+            gpu_dense_tc.launch_part(x, self.weight, part, length, (tc_rows_per_block(rows, variant), form.bn, form.bk),
+                                     TC_WARPS, form.stages, "tf32" if self.half else "tf32x3")
             return self._sum(kernel_specs()[0], part, rows, outputs, slices)
         if not x.is_contiguous() or x.data_ptr() % 16:
             x = x.contiguous() if not x.is_contiguous() else x.clone()
