@@ -104,8 +104,10 @@ MAX_PIXELS = 512 * 512   # H * W of one (padded) input image
 # benchmarks/2026-11-26-h200-fft-conv-gpumode-wide): auto's measurement decides per shape. cuda-igemm-3xtf32
 # (implicit GEMM on tensor cores, fp32-accurate) wins many of the wide shapes fft loses: measured per shape too,
 # the better of the two reaches a median 1.43x cuDNN fp32 over the 35 wide shapes (H100 and H200,
-# benchmarks/2026-11-26-h100-wide-set-igemm-tuned).
-ANY_SHAPE = {("cuda", "conv"): ("fft", "cuda-igemm-3xtf32")}
+# benchmarks/2026-11-26-h100-wide-set-igemm-tuned). triton-igemm-3xtf32 (the same GEMM fed by TMA from a
+# channels-last copy, sm_90+) ran gpu-mode's 256-px layers at 2.3-2.6x cuDNN fp32 and the wide set at a median
+# 1.40x on its own (H100, benchmarks/2026-11-27-h100-triton-igemm-tma).
+ANY_SHAPE = {("cuda", "conv"): ("fft", "cuda-igemm-3xtf32", "triton-igemm-3xtf32")}
 
 
 # ------------------------------------------------------------------------------------------ call signature

@@ -480,10 +480,11 @@ def test_auto_never_compiles_weights_into_code(monkeypatch):
     for call in (one_channel, many):
         names = torch_ops.candidates(call)
         assert names[0] == "torch" and len(names) > 1
-        assert not set(names) & {"cuda-direct", "cuda-auto", "cuda-tc-tf32", "cuda-tc-fp16", "triton-gemm-tf32"}
+        assert not set(names) & {"cuda-direct", "cuda-auto", "cuda-tc-tf32", "cuda-tc-fp16", "triton-gemm-tf32",
+                                   "triton-igemm-tf32", "torch-tf32"}
     big = dataclasses.replace(many, C=128, KH=9, KW=9)
     # outside the course kernels' envelope: the many-channel kernels only
-    assert torch_ops.candidates(big) == ["torch", "fft", "cuda-igemm-3xtf32"]
+    assert torch_ops.candidates(big) == ["torch", "fft", "cuda-igemm-3xtf32", "triton-igemm-3xtf32"]
     assert "fft" in torch_ops.candidates(many) and "fft" not in torch_ops.candidates(one_channel)   # conv op only
 
 

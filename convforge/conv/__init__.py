@@ -150,6 +150,9 @@ IMPLEMENTATIONS: tuple[ConvImpl, ...] = (
              "float64 NumPy, the course pseudo-code's sum (the verification reference)"),
     ConvImpl("torch", "torch_conv", ("cpu", "cuda"), "fp32",
              "F.conv2d: the framework baseline, oneDNN on CPU, cuDNN with TF32 off on GPU (milestone 1)"),
+    ConvImpl("torch-tf32", "torch_conv", ("cuda",), "tf32",
+             "comparison baseline, not ours: F.conv2d with cuDNN's TF32 on (the yardstick of the reduced-precision "
+             "entries)"),
     ConvImpl("torch-compile", "torch_compile", ("cpu", "cuda"), "fp32",
              "comparison baseline, not ours: torch.compile (Inductor, max-autotune without CUDA graphs) of conv "
              "[+ act + pool] as one graph, TF32 off; compiles on the first call per input shape, which counts as "
@@ -212,6 +215,13 @@ IMPLEMENTATIONS: tuple[ConvImpl, ...] = (
     ConvImpl("triton-gemm-3xtf32", "triton_gemm", ("cuda",), "tf32x3",
              "implicit GEMM with tl.dot, input_precision='tf32x3': three TF32 tensor-core products per multiply "
              "(fp32-accurate, held to the exact tolerance)", ("triton",), install_hint=_TRITON),
+    ConvImpl("triton-igemm-3xtf32", "triton_igemm", ("cuda",), "tf32x3",
+             "implicit GEMM on tensor cores fed by TMA boxes of a channels-last split copy of the input (3 TF32 "
+             "products, fp32-accurate: exact tolerance), zero padding and bias in the kernel; sm_90+, many-channel "
+             "layers", ("triton",), install_hint=_TRITON),
+    ConvImpl("triton-igemm-tf32", "triton_igemm", ("cuda",), "tf32",
+             "the same TMA-fed implicit GEMM with one TF32 product (reduced precision)", ("triton",),
+             install_hint=_TRITON),
     ConvImpl("triton-fused-layer", "triton_fused_layer", ("cuda",), "fp32",
              "conv + bias + activation + max pool in one Triton kernel, writes only the pooled map",
              ("triton",), fuses=True, install_hint=_TRITON),

@@ -1,7 +1,9 @@
 """torch: the framework's own convolution, F.conv2d (oneDNN on a CPU, cuDNN on a GPU).
 
 Technique: whatever the library picks; on a GPU cuDNN runs with TF32 off so that it is an exact fp32
-baseline, with ``cudnn.benchmark`` on so it picks its fastest algorithm for each shape.
+baseline, with ``cudnn.benchmark`` on so it picks its fastest algorithm for each shape. "torch-tf32" (precision
+``tf32``) is the reduced-precision yardstick: cuDNN with TF32 on for its own calls only (the flags are restored
+after each call, so the fp32 baseline in the same process stays exact).
 Course step: milestone 1, the framework's convolution before it is swapped for your own.
 Bottleneck: library algorithms tuned for many channels; these layers have 1 to 12 input channels.
 """
@@ -23,12 +25,19 @@ def exact_fp32() -> None:
     torch.backends.cudnn.benchmark = True
 
 
-def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None):
+def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, precision: str = "fp32"):
+    if precision not in ("fp32", "tf32"):
+        raise ValueError(f"torch's convolution here is fp32 or tf32, not {precision!r}")
     exact_fp32()
+    tf32 = precision == "tf32"
 
     def run(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
         shape = check_input(x, weight)  # F.conv2d would take a 3-d input as one unbatched image
-        y = F.conv2d(x, weight, bias)
+        if tf32:
+            with torch.backends.cudnn.flags(enabled=True, benchmark=True, deterministic=False, allow_tf32=True):
+                y = F.conv2d(x, weight, bias)
+        else:
+            y = F.conv2d(x, weight, bias)
         if out is None:
             return y
         buffer, result = output_buffer(out, shape, x)

@@ -1,0 +1,314 @@
+"""triton-igemm-3xtf32 / triton-igemm-tf32: implicit GEMM fed by TMA from a channels-last copy of the input.
+
+Technique: the layer as one GEMM per image row segment, D (positions x maps) = im2col(x) (positions x
+KH*KW*C) * W^T, with the reduction ordered (p, q, c), channels innermost. A prologue writes the input once
+as channels-last (B, H+2*pad, W+2*pad, Cp), zero-padded in space and channels (Cp a multiple of the k tile),
+already split into its TF32 parts; seen as a (B*Hp*Wp, Cp) matrix, the BN consecutive output positions of a
+row segment read, for tap (p, q), BN consecutive rows from row (b*Hp + oh + p)*Wp + ow0 + q. So every operand
+tile of the implicit GEMM is a plain 2-D box that the Tensor Memory Accelerator copies into shared memory
+(host-side tensor descriptors, zero fill past the end), and tl.dot feeds the tensor cores straight from it
+(wgmma on sm_90). Positions of a segment past the row's end read the next row's pixels: their outputs are
+never stored. The weights are packed once, in prepare, as (Mp, KH*KW*Cp) TF32 parts.
+"3xtf32": each operand is big + small, both TF32 values (big truncated, small the rest rounded, as
+cuda-igemm's weights), and each k step sums a_s*b_b + a_b*b_s + a_b*b_b in a fresh accumulator that is then
+added to the running sum in fp32: the tensor cores' accumulation truncates, and a long reduction summed in
+their accumulator drifts toward zero (cuda_igemm's FLUSH_NOTE); fp32-accurate, held to the exact tolerance.
+"tf32": one product, big rounded to nearest (reduced precision).
+Zero padding comes from the prologue, the bias from the epilogue; rectangular kernels, stride 1.
+Course step: the course's "unroll fused into a tiled matrix multiply" and "tensor cores" steps, with the
+unrolling done by the copy engine's addressing instead of index arithmetic.
+Bottleneck expected: tensor-core issue (three products a step in 3xTF32) on many-channel layers; the prologue's
+read and two writes of the input (memory bound) on small ones, where cuda-igemm / fft / cuDNN should win.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import torch
+
+from convforge.conv import triton_common as common
+
+triton, tl = common.triton, common.tl
+
+PRECISIONS = ("tf32x3", "tf32")
+
+
+class Tile(NamedTuple):
+    """One launch shape: R output rows x TW columns (BN = R*TW positions) x BM maps per program, BK channels a
+    k step, and the launch's warps and pipeline stages."""
+    r: int
+    tw: int
+    bm: int
+    bk: int
+    warps: int
+    stages: int
+
+    @property
+    def bn(self) -> int:
+        return self.r * self.tw
+
+
+# (positions, maps, warps, stages) per program, in order of preference (TILE_NOTE).
+FORMS = {
+    "tf32x3": ((128, 128, 8, 3), (128, 64, 4, 4), (64, 128, 4, 3)),
+    "tf32": ((256, 128, 8, 3), (128, 128, 8, 4), (128, 64, 4, 4)),
+}
+# TILE_NOTE: measured on an H100 (benchmarks/2026-11-27-h100-triton-igemm-tma, call 2: 3 forms per precision on
+# gpu-mode's 4 and the wide set's 35 shapes; layers of <= 64 maps took 128 x 64). 3xTF32: 128 x 128 won wherever
+# it gives at least ~0.6 programs an SM (81 programs on 132 SMs still won; 54 and 64 lost by 1.5-1.8x), then
+# 128 x 64; below that, the form with the most programs (64 x 128 on a tie) was within 6 % of the best. TF32: 256 x 128 won
+# on long reductions (C*KH*KW >= 1024) with a full wave, 128 x 128 elsewhere, 128 x 64 where fewer than half the
+# SMs would get a program. Maps per program shrink to the layer (16-64 for few maps), and 64 replaces 128 where
+# 128 pads more (192 maps: three 64s, not two 128s). Columns per program: the power of two that holds an
+# output row (8-TW), rows R = BN / columns, so that small images fill the tile.
+# SUMS_NOTE: the tensor cores' fp32 accumulation truncates (cuda_igemm's FLUSH_NOTE). Summing all of C*KH*KW in
+# the dot's accumulator (SUMS 1) measured 2.2e-5 - 9.2e-4 relative error against float64 on image 0 of six
+# layers with C*KH*KW of 3136-131072 (H200, benchmarks/2026-11-27-h100-triton-igemm-tma, call 5), over the exact
+# tolerance; a fresh sum per k step added in fp32 (SUMS 0) measured 2.8e-7 - 1.2e-6 on the same layers, and
+# takes 0.98-1.17x SUMS 1's time (the add waits for the step's products). Adding the big product one step late
+# with the cross terms in a long-lived accumulator kept the accuracy but was 4-9 % slower still (not kept).
+# Call 4's first try of that wrote the big product as `acc += tl.dot(xb, wb.T)`: Triton's dot-add combining made
+# it an in-accumulator sum, with SUMS 1's errors. A fresh sum must not be one dot from zero added to acc.
+INTERPRETER_TILE = (1, 16, 16, 16, 4, 1)   # R, TW, BM, BK, warps, stages: small, for the interpreter's tests
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def tile_for(bn: int, bm: int, warps: int, stages: int, M: int, C: int, WO: int) -> Tile:
+    """The form (bn positions x bm maps) fitted to a layer: maps and channels a step trimmed to the layer,
+    columns the power of two that holds an output row (at most bn), rows the rest of bn."""
+    bm = min(bm, max(16, _pow2_at_least(M)))
+    tw = min(bn, max(8, _pow2_at_least(WO)))
+    return Tile(bn // tw, tw, bm, 16 if C <= 16 else 32, warps, stages)
+
+
+def programs(tile: Tile, B: int, M: int, HO: int, WO: int) -> int:
+    return B * -(-HO // tile.r) * -(-WO // tile.tw) * -(-M // tile.bm)
+
+
+def choose_tile(precision: str, B: int, M: int, C: int, HO: int, WO: int, KH: int, KW: int, sms: int) -> Tile:
+    """The launch shape for a layer and batch (TILE_NOTE)."""
+    if M <= 64:
+        return tile_for(128, 64, 4, 4, M, C, WO)
+    tiles = [tile_for(*form, M, C, WO) for form in FORMS[precision]]
+    fill = [programs(t, B, M, HO, WO) for t in tiles]
+    padded = [-(-M // t.bm) * t.bm for t in tiles]
+    if precision == "tf32":
+        if C * KH * KW >= 1024 and fill[0] >= sms and padded[0] <= padded[1]:
+            return tiles[0]
+        return tiles[1] if fill[1] * 2 >= sms and padded[1] <= padded[2] else tiles[2]
+    for tile, count, pad in zip(tiles, fill, padded):
+        if count >= 0.55 * sms and pad <= min(padded):
+            return tile
+    return max(reversed(tiles[1:]), key=lambda t: programs(t, B, M, HO, WO))
+
+
+if triton is not None:
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    @triton.jit
+    def _step_coords(step, csteps, KW, CP, BK: tl.constexpr):
+        """k step -> (kernel row p, kernel column q, first channel, weight column): k = (p, q, c)."""
+        tap = step // csteps
+        c0 = (step - tap * csteps) * BK
+        p = tap // KW
+        return p, tap - p * KW, c0, tap * CP + c0
+
+    @triton.jit
+    def _igemm_kernel(xb_desc, xs_desc, wb_desc, ws_desc, y_ptr, bias_ptr, M, HO, WO, HP, KH, KW, CP,
+                      R: tl.constexpr, TW: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr,
+                      SPLIT3: tl.constexpr, HAS_BIAS: tl.constexpr, SUMS: tl.constexpr = 0):
+        BN: tl.constexpr = R * TW
+        pid = tl.program_id(0)
+        col_tiles = tl.cdiv(WO, TW)
+        row_tiles = tl.cdiv(HO, R)
+        ow0 = (pid % col_tiles) * TW
+        t = pid // col_tiles
+        b = t // row_tiles
+        oh0 = (t - b * row_tiles) * R
+        m0 = tl.program_id(1) * BM
+        x_row0 = b * HP + oh0
+        csteps = CP // BK
+        acc = tl.zeros([BN, BM], dtype=tl.float32)
+        for step in range(KH * KW * csteps):
+            p, q, c0, k0 = _step_coords(step, csteps, KW, CP, BK)
+            xb = xb_desc.load([x_row0 + p, ow0 + q, c0]).reshape(BN, BK)
+            wb = wb_desc.load([m0, k0])
+            if SPLIT3:
+                xs = xs_desc.load([x_row0 + p, ow0 + q, c0]).reshape(BN, BK)
+                ws = ws_desc.load([m0, k0])
+                if SUMS == 0:     # SUMS_NOTE: the step's three products in a fresh sum, added in fp32
+                    part = tl.dot(xs, wb.T, input_precision="tf32")
+                    part = tl.dot(xb, ws.T, part, input_precision="tf32")
+                    part = tl.dot(xb, wb.T, part, input_precision="tf32")
+                    acc += part
+                else:             # SUMS 1: everything in the tensor cores' accumulator, a known-wrong fixture
+                    acc = tl.dot(xs, wb.T, acc, input_precision="tf32")
+                    acc = tl.dot(xb, ws.T, acc, input_precision="tf32")
+                    acc = tl.dot(xb, wb.T, acc, input_precision="tf32")
+            else:                 # one product, reduced precision: the running sum stays in the accumulator
+                acc = tl.dot(xb, wb.T, acc, input_precision="tf32")
+        i = tl.arange(0, BN)
+        oh = oh0 + i // TW
+        ow = ow0 + i % TW
+        m = m0 + tl.arange(0, BM)
+        if HAS_BIAS:
+            acc += tl.load(bias_ptr + m, mask=m < M, other=0.0)[None, :]
+        y_off = ((b * M + m[None, :]).to(tl.int64) * HO + oh[:, None]) * WO + ow[:, None]
+        tl.store(y_ptr + y_off, acc, mask=(oh[:, None] < HO) & (ow[:, None] < WO) & (m[None, :] < M))
+
+    @triton.jit
+    def _channels_last_kernel(x_ptr, big_ptr, small_ptr, C, H, W, HP, WP, CP, PAD_H, PAD_W,
+                              BC: tl.constexpr, BW: tl.constexpr, SPLIT3: tl.constexpr):
+        """One padded row (b, hp) of the channels-last copy: BW columns x BC channels, every element written
+        (zeros in the padding), as TF32 parts."""
+        row = tl.program_id(0)
+        b = row // HP
+        h = row - b * HP - PAD_H
+        wp = tl.program_id(1) * BW + tl.arange(0, BW)
+        c = tl.program_id(2) * BC + tl.arange(0, BC)
+        w = wp - PAD_W
+        hv = h + tl.zeros([BW], tl.int32)               # a vector: the interpreter's masks are tensors only
+        h_inside = (hv >= 0) & (hv < H)
+        load_mask = (c[:, None] < C) & (w[None, :] >= 0) & (w[None, :] < W) & h_inside[None, :]
+        src = ((b * C + c[:, None]).to(tl.int64) * H + h) * W + w[None, :]
+        v = tl.trans(tl.load(x_ptr + src, mask=load_mask, other=0.0))          # (BW, BC)
+        bits = v.to(tl.int32, bitcast=True)
+        finite = (bits & 0x7F800000) != 0x7F800000
+        dst = (row.to(tl.int64) * WP + wp[:, None]) * CP + c[None, :]
+        store_mask = (wp[:, None] < WP) & (c[None, :] < CP)
+        if SPLIT3:
+            big = tl.where(finite, bits & -8192, bits).to(tl.float32, bitcast=True)
+            rest = tl.where(finite, v - big, 0.0)
+            rest_bits = rest.to(tl.int32, bitcast=True)
+            small = tl.where(finite, (rest_bits + 4096) & -8192, rest_bits).to(tl.float32, bitcast=True)
+            small = tl.where(rest == 0.0, v * 9.313225746154785e-10, small)      # 2^-30: small keeps v's sign
+            tl.store(small_ptr + dst, small, mask=store_mask)
+        else:
+            big = tl.where(finite, (bits + 4096) & -8192, bits).to(tl.float32, bitcast=True)
+        tl.store(big_ptr + dst, big, mask=store_mask)
+
+
+def unavailable_reason() -> Optional[str]:
+    reason = common.unavailable_reason()
+    if reason is None and not common.INTERPRET:
+        if not torch.cuda.is_available():
+            return "needs a CUDA GPU"
+        if torch.cuda.get_device_capability() < (9, 0):
+            return "needs the Tensor Memory Accelerator of an sm_90 (Hopper) or newer GPU"
+    return reason
+
+
+def split_tf32(t: torch.Tensor, parts: int) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """(big, small) TF32 parts of t (see the module note); with parts 1, (t rounded to TF32, None).
+    Non-finite values stay in big and small (of one sign: Inf * anything never meets -Inf)."""
+    finite = torch.isfinite(t)
+    bits = t.view(torch.int32)
+    if parts == 1:
+        return torch.where(finite, (bits + 0x1000) & -0x2000, bits).view(torch.float32), None
+    big = torch.where(finite, bits & -0x2000, bits).view(torch.float32)
+    rest = torch.where(finite, t - big, torch.zeros_like(t))
+    rest_bits = rest.view(torch.int32)
+    small = torch.where(finite, (rest_bits + 0x1000) & -0x2000, rest_bits).view(torch.float32)
+    small = torch.where(rest == 0, t * 2.0 ** -30, small)
+    return big, small
+
+
+class IgemmTmaLayer:
+    """One layer: the packed weight parts per maps-per-program, the tile per batch and input size."""
+
+    def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor], precision: str,
+                 padding: tuple[int, int], tile: Optional[Tile]):
+        M, C, KH, KW = weight.shape
+        self.M, self.C, self.KH, self.KW = M, C, KH, KW
+        self.pad_h, self.pad_w = padding
+        self.precision = precision
+        self.parts = 3 if precision == "tf32x3" else 1
+        self.fixed_tile = tile
+        self.weight = weight.detach()
+        self.bias = bias.detach().contiguous().float() if bias is not None else None
+        self._packed: dict[tuple[int, int], tuple] = {}    # (bm, bk) -> (big, small, descriptors)
+        self._tiles: dict[tuple[int, int, int], Tile] = {}
+        self.sms = torch.cuda.get_device_properties(weight.device).multi_processor_count \
+            if weight.is_cuda else 1
+
+    sums = 0    # how 3xTF32 sums its products (SUMS_NOTE); 1 is the known-wrong fixture
+
+    def channels_padded(self, bk: int) -> int:
+        return -(-self.C // bk) * bk
+
+    def packed(self, tile: Tile) -> tuple:
+        """Weight parts as (Mp, KH*KW*Cp), k = (p, q, c), and their descriptors for this tile's blocks."""
+        key = (tile.bm, tile.bk)
+        if key not in self._packed:
+            M, KH, KW = self.M, self.KH, self.KW
+            cp = self.channels_padded(tile.bk)
+            mp = -(-M // tile.bm) * tile.bm
+            w = torch.zeros(mp, KH, KW, cp, dtype=torch.float32, device=self.weight.device)
+            w[:M, :, :, :self.C] = self.weight.permute(0, 2, 3, 1)
+            w = w.reshape(mp, KH * KW * cp)
+            w = torch.where(w.abs() < torch.finfo(torch.float32).tiny, torch.zeros_like(w), w)  # denormals: 0
+            big, small = split_tf32(w, self.parts)
+            small = big if small is None else small
+            self._packed[key] = (big, small, TensorDescriptor.from_tensor(big, [tile.bm, tile.bk]),
+                                 TensorDescriptor.from_tensor(small, [tile.bm, tile.bk]))
+        return self._packed[key]
+
+    def tile(self, B: int, HO: int, WO: int) -> Tile:
+        if self.fixed_tile is not None:
+            return self.fixed_tile
+        if common.INTERPRET:
+            return Tile(*INTERPRETER_TILE)._replace(bk=16 if self.C <= 16 else 32)
+        key = (B, HO, WO)
+        if key not in self._tiles:
+            self._tiles[key] = choose_tile(self.precision, B, self.M, self.C, HO, WO, self.KH, self.KW, self.sms)
+        return self._tiles[key]
+
+    def channels_last(self, x: torch.Tensor, bk: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """x as (B*Hp, Wp, Cp) channels-last TF32 parts (big, small; small is big in one-product mode)."""
+        B, C, H, W = x.shape
+        HP, WP = H + 2 * self.pad_h, W + 2 * self.pad_w
+        cp = self.channels_padded(bk)
+        big = torch.empty(B * HP, WP, cp, dtype=torch.float32, device=x.device)
+        small = torch.empty_like(big) if self.parts == 3 else big
+        bc = min(32, cp)
+        grid = (B * HP, triton.cdiv(WP, 64), triton.cdiv(cp, bc))
+        _channels_last_kernel[grid](x, big, small, C, H, W, HP, WP, cp, self.pad_h, self.pad_w, BC=bc, BW=64,
+                                    SPLIT3=self.parts == 3, num_warps=4)
+        return big, small
+
+    def __call__(self, x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+        common.check_input(x, self.C, 1)
+        x = common.contiguous_input(x)
+        B, C, H, W = x.shape
+        HP, WP = H + 2 * self.pad_h, W + 2 * self.pad_w
+        HO, WO = HP - self.KH + 1, WP - self.KW + 1
+        if HO < 1 or WO < 1:
+            raise ValueError(f"input {H}x{W} (padded {HP}x{WP}) is smaller than the {self.KH}x{self.KW} kernel")
+        y, result = common.output_for(out, (B, self.M, HO, WO), x)
+        if y.numel():
+            t = self.tile(B, HO, WO)
+            _, _, wb_desc, ws_desc = self.packed(t)
+            xb, xs = self.channels_last(x, t.bk)
+            xb_desc = TensorDescriptor.from_tensor(xb, [t.r, t.tw, t.bk])
+            xs_desc = TensorDescriptor.from_tensor(xs, [t.r, t.tw, t.bk])
+            _igemm_kernel[(programs(t, B, 1, HO, WO), triton.cdiv(self.M, t.bm))](
+                xb_desc, xs_desc, wb_desc, ws_desc, y, self.bias, self.M, HO, WO, HP, self.KH, self.KW,
+                self.channels_padded(t.bk), R=t.r, TW=t.tw, BM=t.bm, BK=t.bk, SPLIT3=self.parts == 3,
+                HAS_BIAS=self.bias is not None, SUMS=self.sums, num_warps=t.warps, num_stages=t.stages)
+        return common.finish(y, result)
+
+
+def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, precision: str = "tf32x3",
+            padding=0, config: Optional[Tile] = None):
+    """conv2d(x, weight, bias, padding=padding) for float32 NCHW x; ``config``: a Tile instead of choose_tile's."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"triton-igemm serves {', '.join(PRECISIONS)}, not {precision!r}")
+    pad = (padding, padding) if isinstance(padding, int) else tuple(int(p) for p in padding)
+    if len(pad) != 2 or min(pad) < 0:
+        raise ValueError(f"padding must be one or two non-negative integers, got {padding!r}")
+    tile = Tile(*config) if config is not None else None
+    return IgemmTmaLayer(weight, bias, precision, pad, tile)
