@@ -300,10 +300,13 @@ class Engine:
             elif isinstance(layer, Dense) and precision == "fast":
                 step.tf32 = True
                 if _conv_before(walk, i) in half_convs:
-                    # for the conv's FP16 output (its activation stays a step of its own: an fp32 input, from a
-                    # kernel that could not write FP16, takes the TF32 call and then that step)
+                    # for the conv's FP16 output, the activation after it absorbed as on the exact path (its
+                    # tensor-core forms apply it in their epilogue); an fp32 input, from a kernel that could not
+                    # write FP16, takes the TF32 call and then the same activation
+                    activation = _absorbed_activation(walk, i, fuse and gpu_dense.FUSE_ACTIVATION)
+                    step.skip = 1 if activation else 0
                     step.gpu_dense = GpuDense(self.params[f"{prefix}.weight"].half().contiguous(),
-                                              self.params.get(f"{prefix}.bias"), median_seconds)
+                                              self.params.get(f"{prefix}.bias"), median_seconds, activation)
             elif isinstance(layer, Dense) and self.device == "cuda":
                 activation = _absorbed_activation(walk, i, fuse and gpu_dense.FUSE_ACTIVATION)
                 step.skip = 1 if activation else 0
@@ -348,6 +351,8 @@ class Engine:
                     x = step.gpu_dense(x.reshape(x.shape[0], -1))
                 elif step.tf32:
                     x = _tf32_dense(step.layer, x, self.params, step.prefix)
+                    if step.gpu_dense is not None and step.gpu_dense.activation:   # the one it absorbed
+                        x = getattr(x, f"{step.gpu_dense.activation}_")()
                 elif step.gpu_dense is not None:
                     x = step.gpu_dense(x)
                 elif step.conv_fn is None:

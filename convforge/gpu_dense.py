@@ -39,6 +39,11 @@ TILES_PER_SM = 16         # split-K: slices enough for about this many blocks pe
 TILES = {"tiles": (64, 256), "tiles-fine": (64, 128), "tiles-tall": (128, 256)}
 TILES_THREADS = 128       # dense_tiles.cu THREADS
 TC_WARPS, TC_STAGES = 4, 3
+# Read by each GpuDense when it is made:
+FUSE_TC_EPILOGUE = True   # a tensor-core form over one slice adds bias + activation itself (off: A/B runs)
+# an eager call's form is timed over this many calls launched back to back, launch work counted (see
+# GpuDense.__call__); 1 times one call alone, the rule before (A/B runs)
+EAGER_QUEUE = 4
 
 
 class TcForm(NamedTuple):
@@ -161,12 +166,12 @@ class GpuDense:
       sum kernel;
     - ``tc3`` / ``tc3-wide`` / ``tc3-deep``: gpu_dense_tc.py's Triton kernel on the tensor cores with split
       TF32 (3xTF32, fp32-accurate), split-K, blocks of 32 / 64 / 32 outputs over steps of 32 / 64 / 64
-      columns (TC), summed by gemv's sum kernel; for any rows, where
-      Triton and CuPy are present and the GPU has TF32 (sm_80 on);
+      columns (TC), summed by gemv's sum kernel (over one slice the kernel adds bias and activation itself,
+      FUSE_TC_EPILOGUE); for any rows, where Triton and CuPy are present and the GPU has TF32 (sm_80 on);
     - ``tc-tall``: the same kernel on FP16 layers only, in blocks of 128 rows x 64 outputs (TC_HALF).
     (benchmarks/2026-11-26-h100-h200-whole-network-floors/small_dense.txt)
-    ``activation`` (None, tanh, relu, sigmoid) is applied to the output: inside gemv's sum kernel, in place after
-    the cuBLAS forms."""
+    ``activation`` (None, tanh, relu, sigmoid) is applied to the output: inside gemv's sum kernel or the
+    tensor-core kernel's one-slice epilogue, in place after the cuBLAS forms."""
 
     VARIANTS = ("linear", "transposed", "output-major", "split-k", "gemv", "gemv4", "gemv8", "tiles",
                 "tiles-fine", "tiles-tall", *TC, *TC_HALF)
@@ -187,6 +192,8 @@ class GpuDense:
         self.bias_column = None if bias is None else bias[:, None].contiguous()
         depth = weight.shape[1]
         self.splits = next((s for s in self.SPLITS if depth % s == 0 and depth // s >= self.MIN_SPLIT_DEPTH), None)
+        # the module's switches as they were when this layer was made (A/B runs build layers under each setting)
+        self.eager_queue, self.fuse_tc_epilogue = EAGER_QUEUE, FUSE_TC_EPILOGUE
         self.choice: dict[int, str] = {}         # rows -> form, for eager calls
         self.graph_choice: dict[int, str] = {}   # rows -> form, for CUDA graphs (see __call__)
         self.has_gemv = (not self.half and weight.device.type == cc.DEVICE_TYPE and depth % 4 == 0
@@ -228,10 +235,16 @@ class GpuDense:
         if variant in TC_ALL:   # Triton: any strides of x
             from convforge import gpu_dense_tc
             slices, length = tc_slices(rows, outputs, depth, cc.device_info(x.device).sm_count, variant)
-            part = scratch((slices, rows, outputs), x.device)
             form = TC_ALL[variant]
-            gpu_dense_tc.launch_part(x, self.weight, part, length, (tc_rows_per_block(rows, variant), form.bn, form.bk),
-                                     TC_WARPS, form.stages, "tf32" if self.half else "tf32x3")
+            block = (tc_rows_per_block(rows, variant), form.bn, form.bk)
+            precision = "tf32" if self.half else "tf32x3"
+            if slices == 1 and self.fuse_tc_epilogue:   # y, bias and activation in the kernel's epilogue: no sum
+                y = scratch((rows, outputs), x.device)
+                gpu_dense_tc.launch_part(x, self.weight, y, length, block, TC_WARPS, form.stages, precision,
+                                         self.bias, ACTIVATION_CODES[self.activation])
+                return y
+            part = scratch((slices, rows, outputs), x.device)
+            gpu_dense_tc.launch_part(x, self.weight, part, length, block, TC_WARPS, form.stages, precision)
             return self._sum(kernel_specs()[0], part, rows, outputs, slices)
         if not x.is_contiguous() or x.data_ptr() % 16:
             x = x.contiguous() if not x.is_contiguous() else x.clone()
@@ -299,10 +312,24 @@ class GpuDense:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """y for x, in the form chosen for this batch size: for a CUDA graph (within ``for_graph``) the fastest
-        on the GPU alone, for an eager call the fastest call with its launch work counted. At 10-100 rows an
-        eager pass is launch-bound and a Triton launch costs more host time than CuPy's or cuBLAS's: with
-        GPU-time choices the engine's eager pass ran fa19 at 10 images in 0.42 ms against 0.24
-        (benchmarks/2026-11-27-h100-dense-3xtf32, call 4), while its graph gained."""
+        on the GPU alone, for an eager call the fastest per call of EAGER_QUEUE calls launched back to back, their
+        launch work counted (``_seconds``).
+
+        At 10-100 rows an eager pass is launch-bound and a Triton launch costs more host time than CuPy's or
+        cuBLAS's: with GPU-time choices the engine's eager pass ran fa19 at 10 images in 0.42 ms against 0.24
+        (benchmarks/2026-11-27-h100-dense-3xtf32, call 4), while its graph gained. At 10000 rows the pass is
+        GPU-bound and a layer's launch work overlaps the earlier layers' GPU work. One call timed alone from an
+        idle GPU (launch + GPU time, the rule before) misjudged that: for sp19's fast fc1 (before the one-slice
+        epilogue) it took tc-tall in 2 of 8 fresh choices and cuBLAS in 6, at 129-135 us of GPU time against
+        tc-tall's 91. Calls back to back cost each about the larger of the launch work and the GPU time (plus a
+        1/EAGER_QUEUE share of the smaller): launch work still decides where it exceeds the GPU time (at 10,
+        100 and 1000 rows cuBLAS in 23 of 24 choices, 24 before), GPU time where it is the larger: with the epilogue,
+        tc-tall (53 us) 8 of 8 times, ahead of cuBLAS by about 60 us a call where one call alone puts it about
+        30 us ahead (benchmarks/2026-11-27-h100-sp19-fast-dense-choice, call 1). Between the Triton forms, whose
+        launch work (about 66 us) now exceeds their GPU time (53-60 us), the choice can still go either way
+        (tc3-wide in that folder's call 2). Counting only the launch work that the GPU's backlog at the first
+        call leaves (its call 3) took tc-tall every time but a Triton form for fa18's fc2 at 100 images, whose
+        eager pass then took 1.42x as long: not kept."""
         rows = x.shape[0]
         launch_hidden = _FOR_GRAPH.get()
         choices = self.graph_choice if launch_hidden else self.choice
@@ -316,6 +343,10 @@ class GpuDense:
 
     def _seconds(self, variant: str, x: torch.Tensor, launch_hidden: bool, calls: int = 5) -> float:
         """Median seconds of one call: on the GPU alone (a spin queued ahead hides the launch work) or, with
-        ``launch_hidden`` False, from the host's launch to the GPU's end."""
+        ``launch_hidden`` False, a call's share of EAGER_QUEUE calls launched back to back, timed from the host's
+        first launch to the GPU's end."""
         self.run(variant, x)   # cuBLAS picks and loads its kernel
-        return self.measure(lambda: self.run(variant, x), x.device.type, calls, launch_hidden)
+        if launch_hidden:
+            return self.measure(lambda: self.run(variant, x), x.device.type, calls, True)
+        queue = self.eager_queue
+        return self.measure(lambda: [self.run(variant, x) for _ in range(queue)], x.device.type, calls, False) / queue

@@ -7,8 +7,10 @@ part and a TF32 small part (a = a_big + a_small), three TF32 products (small*big
 accumulated in fp32, which holds the project's exact tolerance (1e-5 relative to float64; plain TF32 does not,
 see tests/test_engine.py). The partial sums go to ``part[slice][row][output]``, the layout of dense_gemv.cu's
 ``dense_gemv_sum``, which adds the slices in a fixed order with the bias and activation (deterministic, as the
-other split-K forms). Imported only when a GPU dense layer runs a tensor-core form: Triton is an optional extra
-and a CPU machine never loads it.
+other split-K forms). With one slice the kernel may write the layer's output itself, the bias (HAS_BIAS) and the
+activation (ACT) applied in its epilogue: the fp32 addition dense_gemv_sum makes for one slice, the Triton kernels'
+own activation (triton_common.activation); the sum kernel's launch and its pass over the output are saved. Imported
+only when a GPU dense layer runs a tensor-core form: Triton is an optional extra and a CPU machine never loads it.
 """
 
 from __future__ import annotations
@@ -17,11 +19,14 @@ import torch
 import triton
 import triton.language as tl
 
+from convforge.conv.triton_common import activation
+
 
 @triton.jit
-def dense_tc_part(x_ptr, w_ptr, part_ptr, M, K, N, slice_len, x_row_vecs, stride_xk, w_row_vecs,
+def dense_tc_part(x_ptr, w_ptr, part_ptr, bias_ptr, M, K, N, slice_len, x_row_vecs, stride_xk, w_row_vecs,
                   X_VEC: tl.constexpr, W_VEC: tl.constexpr,
-                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PRECISION: tl.constexpr):
+                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PRECISION: tl.constexpr,
+                  HAS_BIAS: tl.constexpr, ACT: tl.constexpr):
     # The row strides as (vectors of *_VEC floats) x *_VEC: with K % 4 == 0 but not % 16 (fa18's 17496, fa19's
     # 20184) Triton would otherwise not know that rows start 16 bytes apart, and load one float at a time
     # (fa18's layer at 100 rows on an H100: 106 us, against 31 us for fa17's, whose K is a multiple of 16;
@@ -44,22 +49,32 @@ def dense_tc_part(x_ptr, w_ptr, part_ptr, M, K, N, slice_len, x_row_vecs, stride
         b = tl.load(w_ptr + rn[None, :] * stride_wn + rk[:, None],
                     mask=(rn[None, :] < N) & (rk[:, None] < k_end), other=0.0)
         acc = tl.dot(a, b, acc, input_precision=PRECISION)
+    if HAS_BIAS:   # one slice only (launch_part checks): y = act(part + bias), as dense_gemv_sum adds them
+        acc = acc + tl.load(bias_ptr + rn, mask=rn < N, other=0.0)[None, :]
+    acc = activation(acc, ACT)
     offsets = (s * M + rm[:, None]).to(tl.int64) * N + rn[None, :]
     tl.store(part_ptr + offsets, acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
 def launch_part(x: torch.Tensor, weight: torch.Tensor, part: torch.Tensor, slice_len: int, block: tuple,
-                warps: int, stages: int, precision: str = "tf32x3") -> None:
+                warps: int, stages: int, precision: str = "tf32x3", bias: torch.Tensor | None = None,
+                act: int = 0) -> None:
     """part[s] = x[:, s-th slice] @ weight[:, s-th slice]^T for every slice; ``block`` = (BM, BN, BK);
     ``weight`` contiguous, ``x`` any strides. ``precision``: tf32x3 for fp32 operands (tf32 only for the tests'
-    wrong form); FP16 operands (the fast path's layer, x and weight both FP16) ignore it."""
+    wrong form); FP16 operands (the fast path's layer, x and weight both FP16) ignore it. With one slice
+    (``slice_len`` >= K) ``part`` may be the layer's output y (rows x outputs) with ``bias`` (contiguous, or
+    None) and ``act`` (an ACTIVATION_CODES value) applied in the epilogue; with several, neither."""
     rows, depth = x.shape
     outputs = weight.shape[0]
     bm, bn, bk = block
-    grid = (triton.cdiv(outputs, bn), part.shape[0], triton.cdiv(rows, bm))
+    slices = triton.cdiv(depth, slice_len)
+    if slices > 1 and (bias is not None or act):
+        raise ValueError(f"bias and activation need one slice of the reduction, not {slices}")
     vec = 16 // x.element_size()   # elements of a 16-byte load
     x_vec = vec if x.stride(0) % vec == 0 and x.stride(1) == 1 else 1
     w_vec = vec if depth % vec == 0 else 1
-    dense_tc_part[grid](x, weight, part, rows, depth, outputs, slice_len, x.stride(0) // x_vec, x.stride(1),
-                        depth // w_vec, X_VEC=x_vec, W_VEC=w_vec,
-                        BM=bm, BN=bn, BK=bk, PRECISION=precision, num_warps=warps, num_stages=stages)
+    grid = (triton.cdiv(outputs, bn), slices, triton.cdiv(rows, bm))
+    dense_tc_part[grid](x, weight, part, part if bias is None else bias, rows, depth, outputs, slice_len,
+                        x.stride(0) // x_vec, x.stride(1), depth // w_vec, X_VEC=x_vec, W_VEC=w_vec,
+                        BM=bm, BN=bn, BK=bk, PRECISION=precision, HAS_BIAS=bias is not None, ACT=act,
+                        num_warps=warps, num_stages=stages)

@@ -1,5 +1,7 @@
 """The engine: any preset with any implementation, chunked, timed per conv layer."""
 
+import importlib.util
+
 import numpy as np
 import pytest
 import torch
@@ -139,6 +141,9 @@ def test_graphed_and_fast_forward_on_fresh_batches(name):
     size = network.architecture.input_size
     exact = Engine(network, device="cuda")
     fast = Engine(network, device="cuda", precision="fast")
+    # sp18 / sp19: the FP16 dense layer after the conv applies the tanh after it (one step, skipping the tanh)
+    absorbed = [s.gpu_dense.activation for s in fast.steps if s.tf32 and s.gpu_dense is not None and s.skip == 1]
+    assert absorbed == (["tanh"] if name in ("sp18", "sp19") else []), name
     params64 = {k: v.to("cuda", torch.float64) for k, v in network.params.items()}
     for batch in (10, 100):
         graphed, graphed_fast = exact.graphed(batch), fast.graphed(batch)
@@ -211,6 +216,82 @@ def test_gpu_dense_chooses_for_graphs_by_gpu_time_and_for_eager_calls_with_launc
     assert dense.serves("tc3", 2 ** 25 - 1) and not dense.serves("tc3-wide", 2 ** 25)
 
 
+@pytest.mark.parametrize("queue", [4, 1])
+def test_gpu_dense_eager_choice_times_calls_back_to_back(monkeypatch, queue):
+    """An eager call's form is timed as one call's share of EAGER_QUEUE calls launched back to back, launch work
+    counted: where every form's GPU time exceeds its launch work (sp19's fast fc1 at 10000 rows: cuBLAS with
+    little launch work, tc-tall with less GPU time) GPU time decides; where launches dominate (10-100 rows) launch
+    work still does. One call timed alone (EAGER_QUEUE = 1, the rule before) counted both in full and took the
+    form of less launch + GPU time in both cases. A graph's choice stays GPU time alone, one call at a time."""
+    from convforge import gpu_dense
+    monkeypatch.setattr(gpu_dense, "EAGER_QUEUE", queue)
+    # (launch work, GPU time) of one call, per batch size and form
+    costs = {4: {"linear": (5.0, 120.0), "transposed": (40.0, 90.0)},   # GPU-bound
+             2: {"linear": (5.0, 8.0), "transposed": (40.0, 3.0)}}      # launch-bound
+    ran, queued = [], []
+
+    def measure(call, device, calls, launch_hidden):
+        ran.clear()
+        call()
+        queued.append((len(ran), launch_hidden))
+        variant, rows = ran[0]
+        host, gpu = costs[rows].get(variant, (100.0, 1000.0))
+        n = len(ran)
+        if launch_hidden:   # a spin queued ahead: the GPU's work alone
+            return n * gpu
+        # from an idle GPU: the first launch, then whichever of the launches and the GPU lags
+        return host + n * gpu if host <= gpu else n * host + gpu
+
+    gen = torch.Generator().manual_seed(3)
+    dense = gpu_dense.GpuDense(torch.randn(8, 64, generator=gen), None, measure)
+    run = dense.run
+    dense.run = lambda variant, x: (ran.append((variant, x.shape[0])), run(variant, x))[1]
+    for rows in (4, 2):
+        dense(torch.rand(rows, 64, generator=gen))
+    assert set(queued) == {(queue, False)}   # every eager timing: `queue` calls back to back, launches counted
+    # back to back: linear (5 + 4 x 120) / 4 = 121.25 against (40 + 4 x 90) / 4 = 100; alone 125 against 130
+    assert dense.choice == {4: "transposed" if queue == 4 else "linear", 2: "linear"}
+    queued.clear()
+    with gpu_dense.for_graph():
+        for rows in (4, 2):
+            dense(torch.rand(rows, 64, generator=gen))
+    assert set(queued) == {(1, True)} and dense.graph_choice == {4: "transposed", 2: "transposed"}
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_tensor_core_dense_epilogue_adds_bias_and_activation_over_one_slice(dtype):
+    """gpu_dense_tc.launch_part over one slice writes the layer's output itself, bias and activation added in its
+    epilogue (on the CPU under Triton's interpreter, on a GPU compiled): within the tolerance of float64, equal to
+    the partial product + dense_gemv_sum's one-slice arithmetic (part + bias, then the activation) to within the
+    activations' rounding; with several slices a bias or activation is refused."""
+    from convforge import gpu_dense_tc
+    from convforge.conv import ACTIVATION_CODES
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    gen = torch.Generator().manual_seed(12)
+    rows, outputs, depth = 70, 37, 203   # rows and outputs not a multiple of the blocks', depth of the step
+    x = (torch.rand(rows, depth, generator=gen) * 2 - 1).to(device, dtype)
+    weight = (torch.randn(outputs, depth, generator=gen) / depth ** 0.5).to(device, dtype)
+    bias = torch.randn(outputs, generator=gen).to(device)
+    precision = "tf32x3" if dtype == torch.float32 else "tf32"
+    tolerance = 1e-5 if dtype == torch.float32 else 1e-2
+    part = torch.full((1, rows, outputs), float("nan"), device=device)
+    gpu_dense_tc.launch_part(x, weight, part, 256, (64, 32, 32), 4, 3, precision)
+    for act in ("tanh", "relu", "sigmoid", None):
+        y = torch.full((rows, outputs), float("nan"), device=device)   # poisoned: every element written
+        gpu_dense_tc.launch_part(x, weight, y, 256, (64, 32, 32), 4, 3, precision, bias, ACTIVATION_CODES[act])
+        ref = torch.nn.functional.linear(x.double(), weight.double(), bias.double())
+        summed = part[0] + bias
+        if act:
+            ref, summed = getattr(torch, act)(ref), getattr(torch, act)(summed)
+        assert not y.isnan().any()
+        assert ((y.double() - ref).norm() / ref.norm()).item() <= tolerance, act
+        assert (y - summed).abs().max().item() <= 1e-6, act
+    with pytest.raises(ValueError, match="one slice"):
+        gpu_dense_tc.launch_part(x, weight, torch.empty(2, rows, outputs, device=device), 128, (64, 32, 32), 4, 3,
+                                 precision, bias)
+
+
 @pytest.mark.parametrize("bias", [True, False])
 def test_gpu_dense_layouts_match_float64(bias):
     """Every form the GPU engine's dense layer chooses between is exact, on a transposed (output-major) input
@@ -262,6 +343,36 @@ def test_gpu_dense_fp16_forms_match_float64(device):
             assert ((out.double() - ref).norm() / ref.norm()).item() <= 1e-2, (variant, rows)
         chosen = dense(x.half())   # the measured choice, made once for this batch size
         assert dense.choice[rows] in dense.variants and ((chosen.double() - ref).norm() / ref.norm()).item() <= 1e-2
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_gpu_dense_fp16_one_slice_epilogue_at_10000_rows(monkeypatch):
+    """sp19's fast fc1 (5184 -> 140, FP16, tanh absorbed) at 10000 rows on tc-tall: one slice, so the kernel
+    writes y with the bias and tanh (no sum kernel); within the reduced tolerance of float64, and within 1e-6 of
+    the same form through the sum kernel (gpu_dense.FUSE_TC_EPILOGUE off), with poisoned scratch buffers."""
+    pytest.importorskip("triton")
+    from convforge import gpu_dense
+    from convforge.engine import median_seconds
+    monkeypatch.setattr(gpu_dense, "scratch", lambda shape, device: torch.full(shape, float("nan"), device=device))
+    gen = torch.Generator(device="cuda").manual_seed(19)
+    weight = torch.randn(140, 5184, device="cuda", generator=gen) * 0.01
+    bias = torch.randn(140, device="cuda", generator=gen)
+    dense = gpu_dense.GpuDense(weight.half(), bias, median_seconds, "tanh")
+    if "tc-tall" not in dense.variants:
+        pytest.skip("no tensor-core forms here")
+    x = torch.rand(10000, 5184, device="cuda", generator=gen) * 2 - 1
+    sm_count = torch.cuda.get_device_properties(0).multi_processor_count
+    assert gpu_dense.tc_slices(10000, 140, 5184, sm_count, "tc-tall")[0] == 1
+    launched = []
+    monkeypatch.setattr(dense, "_sum", lambda *args: (launched.append(args), gpu_dense.GpuDense._sum(dense, *args))[1])
+    fused = dense.run("tc-tall", x.half())
+    assert not launched   # no sum kernel
+    ref = torch.tanh(torch.nn.functional.linear(x.half().double(), weight.half().double(), bias.double()))
+    assert not fused.isnan().any() and ((fused.double() - ref).norm() / ref.norm()).item() <= 1e-2
+    dense.fuse_tc_epilogue = False   # as made with gpu_dense.FUSE_TC_EPILOGUE off
+    summed = dense.run("tc-tall", x.half())
+    assert len(launched) == 1 and (fused - summed).abs().max().item() <= 1e-6
 
 
 def test_an_implementation_that_reads_the_host_is_refused_for_cuda_graphs():
