@@ -106,8 +106,12 @@ MAX_PIXELS = 512 * 512   # H * W of one (padded) input image
 # the better of the two reaches a median 1.43x cuDNN fp32 over the 35 wide shapes (H100 and H200,
 # benchmarks/2026-11-26-h100-wide-set-igemm-tuned). triton-igemm-3xtf32 (the same GEMM fed by TMA from a
 # channels-last copy, sm_90+) ran gpu-mode's 256-px layers at 2.3-2.6x cuDNN fp32 and the wide set at a median
-# 1.40x on its own (H100, benchmarks/2026-11-27-h100-triton-igemm-tma).
+# 1.38x on its own (H100, benchmarks/2026-11-27-h100-triton-igemm-tma). It is measured only on layers of at least
+# MIN_FLOPS: in auto_vs_cudnn's 72 shapes (same folder, call 9) it won at 7.7 and 9.7 GFLOP and never below, and
+# on the small ones its Triton compile shares the host with the timing rounds (the run's first shape, a 0.01 ms
+# layer, chose cuda-fused-gemm on call times 4 % apart and ran 2.7x cuDNN's GPU time).
 ANY_SHAPE = {("cuda", "conv"): ("fft", "cuda-igemm-3xtf32", "triton-igemm-3xtf32")}
+MIN_FLOPS = {"triton-igemm-3xtf32": 2e9}
 
 
 # ------------------------------------------------------------------------------------------ call signature
@@ -134,6 +138,12 @@ class Call:
     @property
     def padded_hw(self) -> tuple[int, int]:
         return self.H + 2 * self.padding[0], self.W + 2 * self.padding[1]
+
+    @property
+    def flops(self) -> int:
+        """Multiply-adds x 2 of the convolution (stride 1: what the kernels serve)."""
+        hp, wp = self.padded_hw
+        return 2 * self.B * self.M * self.C * self.KH * self.KW * max(0, hp - self.KH + 1) * max(0, wp - self.KW + 1)
 
     def key(self) -> str:
         fields = asdict(self)
@@ -226,7 +236,8 @@ def candidates(call: Call) -> list[str]:
     from convforge import conv
     names = [n for n in (CANDIDATES.get((call.device, call.op), ()) if inside else ()) +
              ANY_SHAPE.get((call.device, call.op), ())
-             if conv.get(n).unavailable_reason(call.device) is None and n not in PER_WEIGHT_COMPILERS]
+             if conv.get(n).unavailable_reason(call.device) is None and n not in PER_WEIGHT_COMPILERS
+             and call.flops >= MIN_FLOPS.get(n, 0)]
     return ["torch"] + names
 
 

@@ -484,7 +484,10 @@ def test_auto_never_compiles_weights_into_code(monkeypatch):
                                    "triton-igemm-tf32", "torch-tf32"}
     big = dataclasses.replace(many, C=128, KH=9, KW=9)
     # outside the course kernels' envelope: the many-channel kernels only
+    assert big.flops == 8 * 2 * 32 * 128 * 81 * 20 * 20 >= torch_ops.MIN_FLOPS["triton-igemm-3xtf32"]
     assert torch_ops.candidates(big) == ["torch", "fft", "cuda-igemm-3xtf32", "triton-igemm-3xtf32"]
+    small = dataclasses.replace(big, B=1)                # 0.27 GFLOP: the TMA kernel is not worth its compile
+    assert torch_ops.candidates(small) == ["torch", "fft", "cuda-igemm-3xtf32"]
     assert "fft" in torch_ops.candidates(many) and "fft" not in torch_ops.candidates(one_channel)   # conv op only
 
 
