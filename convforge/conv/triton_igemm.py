@@ -1,14 +1,14 @@
 """triton-igemm-3xtf32 / triton-igemm-tf32: implicit GEMM fed by TMA from a channels-last copy of the input.
 
-Technique: the layer as one GEMM per image row segment, D (positions x maps) = im2col(x) (positions x
-KH*KW*C) * W^T, with the reduction ordered (p, q, c), channels innermost. A prologue writes the input once
-as channels-last (B, H+2*pad, W+2*pad, Cp), zero-padded in space and channels (Cp a multiple of the k tile),
-already split into its TF32 parts; seen as a (B*Hp*Wp, Cp) matrix, the BN consecutive output positions of a
-row segment read, for tap (p, q), BN consecutive rows from row (b*Hp + oh + p)*Wp + ow0 + q. So every operand
-tile of the implicit GEMM is a plain 2-D box that the Tensor Memory Accelerator copies into shared memory
-(host-side tensor descriptors, zero fill past the end), and tl.dot feeds the tensor cores straight from it
-(wgmma on sm_90). Positions of a segment past the row's end read the next row's pixels: their outputs are
-never stored. The weights are packed once, in prepare, as (Mp, KH*KW*Cp) TF32 parts.
+Technique: the layer as one GEMM, D (positions x maps) = im2col(x) (positions x KH*KW*C) * W^T, with the
+reduction ordered (p, q, c), channels innermost. A prologue kernel writes the input once as channels-last
+(B*Hp, Wp, Cp), zero-padded in space (the layer's padding) and in channels (Cp a multiple of the k step),
+already split into its TF32 parts. A program's R output rows x TW columns then read, for tap (p, q) and
+channels c0.., the box [R, TW, BK] at (b*Hp + oh0 + p, ow0 + q, c0): every operand tile of the implicit GEMM is
+a plain box that the Tensor Memory Accelerator copies into shared memory (host-side tensor descriptors, zero
+fill past the ends), and tl.dot takes it from there, K-major as TF32 wgmma wants it (sm_90). Columns past a
+row's end read zeros, rows past an image's end the next image: those outputs are never stored. The weights
+are packed once per tile shape as (Mp, KH*KW*Cp) TF32 parts.
 "3xtf32": each operand is big + small, both TF32 values (big truncated, small the rest rounded, as
 cuda-igemm's weights), and each k step sums a_s*b_b + a_b*b_s + a_b*b_b in a fresh accumulator that is then
 added to the running sum in fp32: the tensor cores' accumulation truncates, and a long reduction summed in
@@ -57,11 +57,11 @@ FORMS = {
 # TILE_NOTE: measured on an H100 (benchmarks/2026-11-27-h100-triton-igemm-tma, call 2: 3 forms per precision on
 # gpu-mode's 4 and the wide set's 35 shapes; layers of <= 64 maps took 128 x 64). 3xTF32: 128 x 128 won wherever
 # it gives at least ~0.6 programs an SM (81 programs on 132 SMs still won; 54 and 64 lost by 1.5-1.8x), then
-# 128 x 64; below that, the form with the most programs (64 x 128 on a tie) was within 6 % of the best. TF32: 256 x 128 won
-# on long reductions (C*KH*KW >= 1024) with a full wave, 128 x 128 elsewhere, 128 x 64 where fewer than half the
-# SMs would get a program. Maps per program shrink to the layer (16-64 for few maps), and 64 replaces 128 where
-# 128 pads more (192 maps: three 64s, not two 128s). Columns per program: the power of two that holds an
-# output row (8-TW), rows R = BN / columns, so that small images fill the tile.
+# 128 x 64; below that, the form with the most programs (64 x 128 on a tie) was within 6 % of the best.
+# TF32: 256 x 128 won on long reductions (C*KH*KW >= 1024) with a full wave, 128 x 128 elsewhere, 128 x 64 where
+# fewer than half the SMs would get a program. Maps per program shrink to the layer (16-64 for few maps), and
+# 64 replaces 128 where 128 pads more (192 maps: three 64s, not two 128s). Columns per program: the power of two
+# that holds an output row (8-TW), rows R = BN / columns, so that small images fill the tile.
 # SUMS_NOTE: the tensor cores' fp32 accumulation truncates (cuda_igemm's FLUSH_NOTE). Summing all of C*KH*KW in
 # the dot's accumulator (SUMS 1) measured 2.2e-5 - 9.2e-4 relative error against float64 on image 0 of six
 # layers with C*KH*KW of 3136-131072 (H200, benchmarks/2026-11-27-h100-triton-igemm-tma, call 5), over the exact
@@ -203,7 +203,7 @@ def unavailable_reason() -> Optional[str]:
 
 
 def split_tf32(t: torch.Tensor, parts: int) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-    """(big, small) TF32 parts of t (see the module note); with parts 1, (t rounded to TF32, None).
+    """``parts`` 2: (big, small) TF32 parts of t (see the module note); 1: (t rounded to TF32, None).
     Non-finite values stay in big and small (of one sign: Inf * anything never meets -Inf)."""
     finite = torch.isfinite(t)
     bits = t.view(torch.int32)
@@ -251,7 +251,7 @@ class IgemmTmaLayer:
             w[:M, :, :, :self.C] = self.weight.permute(0, 2, 3, 1)
             w = w.reshape(mp, KH * KW * cp)
             w = torch.where(w.abs() < torch.finfo(torch.float32).tiny, torch.zeros_like(w), w)  # denormals: 0
-            big, small = split_tf32(w, self.parts)
+            big, small = split_tf32(w, 2 if self.parts == 3 else 1)
             small = big if small is None else small
             self._packed[key] = (big, small, TensorDescriptor.from_tensor(big, [tile.bm, tile.bk]),
                                  TensorDescriptor.from_tensor(small, [tile.bm, tile.bk]))
