@@ -87,6 +87,30 @@ def test_every_tile_form(name, tile):
     check_layer_call(fn, x.to(DEVICE), _reference(x, w, b, 0), tolerance, f"{name} {tile}")
 
 
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("splits", (2, 4, 7))
+def test_split_k_sums_every_step_once(name, splits):
+    """Split-K (SPLIT_NOTE) forced on a layer of 3 x 3 x 2 = 18 k steps (channels 40 in steps of 32, a step
+    count no split number divides evenly): every step in exactly one split, the bias added once."""
+    x, w, b = _data(2, 20, 40, 9, 11, 3, 3, seed=splits)
+    fn, tolerance = _prepare(name, w, b)
+    fn.splits_for = lambda *args: splits
+    check_layer_call(fn, x.to(DEVICE), _reference(x, w, b, 0), tolerance, f"{name} {splits} splits")
+
+
+def test_splits_fill_one_wave():
+    """One image of 16 x 16 outputs and 512 maps on 132 SMs: 8 programs of 128 x 128 would leave 124 SMs idle."""
+    w = torch.zeros(512, 512, 3, 3, device=DEVICE)
+    layer = triton_igemm.prepare(w, precision="tf32x3")
+    layer.sms = 132
+    tile = Tile(8, 16, 128, 32, 8, 3)
+    count = triton_igemm.programs(tile, 1, 512, 16, 16)
+    assert count == 8
+    assert layer.splits_for(tile, 1, 16, 16, steps=144) == 16          # capped at MAX_SPLITS
+    assert layer.splits_for(tile, 1, 16, 16, steps=40) == 5             # at least MIN_SPLIT_STEPS steps each
+    assert layer.splits_for(tile, 64, 16, 16, steps=144) == 1           # 512 programs fill the GPU
+
+
 @pytest.mark.parametrize("parts", (1, 2))
 def test_channels_last_prologue_bits(parts):
     """The kernel-side copy equals the host-side split of a zero-padded channels-last tensor, bit for bit,
@@ -173,6 +197,7 @@ def test_checker_rejects_the_in_accumulator_sum():
     fixed, _ = _prepare("triton-igemm-3xtf32", w, None)
     wrong, _ = _prepare("triton-igemm-3xtf32", w, None)
     wrong.sums = 1
+    fixed.split_k = wrong.split_k = False   # split-K would shorten each sum (16 splits: 3.9e-6 on an H100)
     from convforge.harness.check import relative_error
     assert relative_error(fixed(x.to(DEVICE)), ref) <= conv.EXACT_TOLERANCE
     assert relative_error(wrong(x.to(DEVICE)), ref) > conv.EXACT_TOLERANCE

@@ -70,6 +70,14 @@ FORMS = {
 # with the cross terms in a long-lived accumulator kept the accuracy but was 4-9 % slower still (not kept).
 # Call 4's first try of that wrote the big product as `acc += tl.dot(xb, wb.T)`: Triton's dot-add combining made
 # it an in-accumulator sum, with SUMS 1's errors. A fresh sum must not be one dot from zero added to acc.
+# SPLIT_NOTE: where a layer's tiles give fewer programs than SPLIT_BELOW x the SMs, the k steps are cut into
+# splits, each summed into its own copy of the output, the copies added by torch.sum in a fixed order
+# (deterministic). H100 (benchmarks/2026-11-27-h100-triton-igemm-tma, call 11, the wide set's layers under one
+# wave): at 16, 28 and 56 programs (one image of 16-32 px, 256-512 maps) 3xTF32 ran 1.4-3.9x and TF32 2.2-5.3x
+# faster; at 81-128 programs splitting lost on 7 of 7 layers in 3xTF32 and on 4 of 7 in TF32 (gains of
+# 1.2-1.6x on the other three), so the cut stays at about half a wave.
+SPLIT_K = True
+SPLIT_BELOW, MAX_SPLITS, MIN_SPLIT_STEPS = 0.55, 16, 8
 INTERPRETER_TILE = (1, 16, 16, 16, 4, 1)   # R, TW, BM, BK, warps, stages: small, for the interpreter's tests
 
 
@@ -119,6 +127,7 @@ if triton is not None:
 
     @triton.jit
     def _igemm_kernel(xb_desc, xs_desc, wb_desc, ws_desc, y_ptr, bias_ptr, M, HO, WO, HP, KH, KW, CP,
+                      steps_per_split, split_stride,
                       R: tl.constexpr, TW: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr,
                       SPLIT3: tl.constexpr, HAS_BIAS: tl.constexpr, SUMS: tl.constexpr = 0):
         BN: tl.constexpr = R * TW
@@ -133,7 +142,9 @@ if triton is not None:
         x_row0 = b * HP + oh0
         csteps = CP // BK
         acc = tl.zeros([BN, BM], dtype=tl.float32)
-        for step in range(KH * KW * csteps):
+        split = tl.program_id(2)     # split-K: this program's share of the k steps, its sums to y[split]
+        first = split * steps_per_split
+        for step in range(first, tl.minimum(first + steps_per_split, KH * KW * csteps)):
             p, q, c0, k0 = _step_coords(step, csteps, KW, CP, BK)
             xb = xb_desc.load([x_row0 + p, ow0 + q, c0]).reshape(BN, BK)
             wb = wb_desc.load([m0, k0])
@@ -156,8 +167,10 @@ if triton is not None:
         ow = ow0 + i % TW
         m = m0 + tl.arange(0, BM)
         if HAS_BIAS:
-            acc += tl.load(bias_ptr + m, mask=m < M, other=0.0)[None, :]
-        y_off = ((b * M + m[None, :]).to(tl.int64) * HO + oh[:, None]) * WO + ow[:, None]
+            if split == 0:   # once: by the first split
+                acc += tl.load(bias_ptr + m, mask=m < M, other=0.0)[None, :]
+        y_off = split.to(tl.int64) * split_stride + ((b * M + m[None, :]).to(tl.int64) * HO + oh[:, None]) * WO \
+            + ow[:, None]
         tl.store(y_ptr + y_off, acc, mask=(oh[:, None] < HO) & (ow[:, None] < WO) & (m[None, :] < M))
 
     @triton.jit
@@ -236,6 +249,7 @@ class IgemmTmaLayer:
             if weight.is_cuda else 1
 
     sums = 0    # how 3xTF32 sums its products (SUMS_NOTE); 1 is the known-wrong fixture
+    split_k = SPLIT_K   # off: one program per tile whatever the grid (A/B runs)
 
     def channels_padded(self, bk: int) -> int:
         return -(-self.C // bk) * bk
@@ -295,11 +309,27 @@ class IgemmTmaLayer:
             xb, xs = self.channels_last(x, t.bk)
             xb_desc = TensorDescriptor.from_tensor(xb, [t.r, t.tw, t.bk])
             xs_desc = TensorDescriptor.from_tensor(xs, [t.r, t.tw, t.bk])
-            _igemm_kernel[(programs(t, B, 1, HO, WO), triton.cdiv(self.M, t.bm))](
-                xb_desc, xs_desc, wb_desc, ws_desc, y, self.bias, self.M, HO, WO, HP, self.KH, self.KW,
-                self.channels_padded(t.bk), R=t.r, TW=t.tw, BM=t.bm, BK=t.bk, SPLIT3=self.parts == 3,
-                HAS_BIAS=self.bias is not None, SUMS=self.sums, num_warps=t.warps, num_stages=t.stages)
+            steps = self.KH * self.KW * (self.channels_padded(t.bk) // t.bk)
+            splits = self.splits_for(t, B, HO, WO, steps) if self.split_k else 1
+            per = -(-steps // splits)
+            splits = -(-steps // per)
+            dst = y if splits == 1 else torch.empty((splits,) + tuple(y.shape), dtype=torch.float32, device=y.device)
+            _igemm_kernel[(programs(t, B, 1, HO, WO), triton.cdiv(self.M, t.bm), splits)](
+                xb_desc, xs_desc, wb_desc, ws_desc, dst, self.bias, self.M, HO, WO, HP, self.KH, self.KW,
+                self.channels_padded(t.bk), per, y.numel(), R=t.r, TW=t.tw, BM=t.bm, BK=t.bk,
+                SPLIT3=self.parts == 3, HAS_BIAS=self.bias is not None, SUMS=self.sums, num_warps=t.warps,
+                num_stages=t.stages)
+            if splits > 1:
+                torch.sum(dst, dim=0, out=y)   # a fixed order: the same sums every call
         return common.finish(y, result)
+
+    def splits_for(self, tile: Tile, B: int, HO: int, WO: int, steps: int) -> int:
+        """Split-K (SPLIT_NOTE): enough splits that the programs fill about one wave of the SMs, each split
+        at least MIN_SPLIT_STEPS k steps, at most MAX_SPLITS."""
+        count = programs(tile, B, self.M, HO, WO)
+        if count >= SPLIT_BELOW * self.sms:
+            return 1
+        return max(1, min(MAX_SPLITS, -(-self.sms // count), steps // MIN_SPLIT_STEPS))
 
 
 def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, precision: str = "tf32x3",
