@@ -294,6 +294,25 @@ def finish_output(buffer: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
     return result
 
 
+def round_tf32(t: torch.Tensor) -> torch.Tensor:
+    """For the tensor-core kernels' operands: t rounded to TF32, to nearest with ties away from zero (as cvt.rna);
+    Inf and NaN unchanged."""
+    bits = t.contiguous().view(torch.int32)
+    return torch.where(torch.isfinite(t), (bits + 0x1000) & -0x2000, bits).view(torch.float32)
+
+
+def split_tf32(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """3xTF32's operand parts (big, small), both TF32 values: big = t truncated to TF32, small = the rest rounded
+    (|t - big - small| <= 2^-21 |t|). small has t's sign, so that an Inf met in the other operand gives products
+    of one sign, never Inf - Inf: where the rest is zero it is t * 2^-30 (a 2^-30 relative change). A non-finite
+    t has big = t and small = t * 2^-30, the same Inf or NaN (a caller that wants 0 there masks it)."""
+    t = t.contiguous()
+    finite = torch.isfinite(t)
+    big = torch.where(finite, t.view(torch.int32) & -0x2000, t.view(torch.int32)).view(torch.float32)
+    rest = torch.where(finite, t - big, torch.zeros_like(t))
+    return big, torch.where(rest == 0, t * 2.0 ** -30, round_tf32(rest))
+
+
 def check_input(x: torch.Tensor, weight: torch.Tensor) -> tuple[int, int, int, int]:
     """The output shape for ``x``, or a clear error for an input no implementation serves: not a 4-d float32
     tensor on the weights' device, a channel count other than the weights', an input smaller than the kernel.

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from convforge import tuning
-from convforge.conv import cuda_common as cc
+from convforge.conv import cuda_common as cc, round_tf32, split_tf32
 
 SOURCE = "igemm.cu"
 PRECISIONS = ("tf32x3", "tf32")
@@ -231,12 +231,9 @@ def pack_weights(weight: torch.Tensor, geom: IgemmGeometry) -> tuple[torch.Tenso
     a[:M, :geom.kr] = (weight.permute(0, 2, 3, 1) if geom.korder else weight).reshape(M, -1)   # k = (p, q, c) or (c, p, q)
     a = torch.where(a.abs() < torch.finfo(torch.float32).tiny, torch.zeros_like(a), a)   # denormals read as zero
     if geom.split == 1:
-        return fragment_order(_tf32(a), geom), None
-    finite = torch.isfinite(a)
-    big = torch.where(finite, (a.view(torch.int32) & -0x2000).view(torch.float32), a)
-    rest = torch.where(finite, a - big, torch.zeros_like(a))
-    small = torch.where(rest == 0, a * 2.0 ** -30, _tf32(rest))
-    return fragment_order(big, geom), fragment_order(torch.where(finite, small, torch.zeros_like(a)), geom)
+        return fragment_order(round_tf32(a), geom), None
+    big, small = split_tf32(a)
+    return fragment_order(big, geom), fragment_order(torch.where(torch.isfinite(a), small, torch.zeros_like(a)), geom)
 
 
 def fragment_order(a: torch.Tensor, geom: IgemmGeometry) -> torch.Tensor:
@@ -247,13 +244,6 @@ def fragment_order(a: torch.Tensor, geom: IgemmGeometry) -> torch.Tensor:
     v = a.reshape(mt, rg, 2, 8, kt, ks, 2, 4)                     # [mt][rg][h][g][kt][ks][u][t]
     v = v.permute(0, 4, 5, 1, 3, 7, 6, 2)                          # [mt][kt][ks][rg][g][t][u][h]
     return v.contiguous().reshape(-1)                              # lane = g*4 + t; register = u*2 + h
-
-
-def _tf32(t: torch.Tensor) -> torch.Tensor:
-    """Round to TF32, to nearest with ties away from zero (cvt.rna); Inf and NaN unchanged."""
-    bits = t.contiguous().view(torch.int32)
-    bits = torch.where(torch.isfinite(t), (bits + 0x1000) & -0x2000, bits)
-    return bits.view(torch.float32)
 
 
 def unavailable_reason() -> Optional[str]:

@@ -36,7 +36,7 @@ from typing import Optional
 import torch
 
 from convforge import tuning
-from convforge.conv import cuda_common as cc
+from convforge.conv import cuda_common as cc, round_tf32
 
 PRECISIONS = ("tf32", "fp16")
 SOURCE = "tc.cu"
@@ -382,9 +382,7 @@ def pack_rows(weight: torch.Tensor, geom: RowsGeometry) -> torch.Tensor:
     wpad = torch.zeros(geom.mg * geom.mt, C, K, ROWS_WROW, dtype=torch.float32, device=weight.device)
     wpad[:M, :, :, 7:7 + K] = weight.float()
     if geom.precision == "tf32":
-        bits = wpad.view(torch.int32)
-        bits = torch.where(torch.isfinite(wpad), (bits + 0x1000) & -0x2000, bits)
-        return bits.contiguous().reshape(-1)
+        return round_tf32(wpad).view(torch.int32).reshape(-1)
     h = wpad.to(torch.float16)
     nxt = torch.nn.functional.pad(h[..., 1:], (0, 1))
     return torch.stack((h, nxt), dim=-1).contiguous().view(torch.int32).reshape(-1)

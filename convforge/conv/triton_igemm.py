@@ -27,7 +27,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from convforge.conv import triton_common as common
+from convforge.conv import round_tf32, split_tf32, triton_common as common
 
 triton, tl = common.triton, common.tl
 
@@ -215,21 +215,6 @@ def unavailable_reason() -> Optional[str]:
     return reason
 
 
-def split_tf32(t: torch.Tensor, parts: int) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-    """``parts`` 2: (big, small) TF32 parts of t (see the module note); 1: (t rounded to TF32, None).
-    Non-finite values stay in big and small (of one sign: Inf * anything never meets -Inf)."""
-    finite = torch.isfinite(t)
-    bits = t.view(torch.int32)
-    if parts == 1:
-        return torch.where(finite, (bits + 0x1000) & -0x2000, bits).view(torch.float32), None
-    big = torch.where(finite, bits & -0x2000, bits).view(torch.float32)
-    rest = torch.where(finite, t - big, torch.zeros_like(t))
-    rest_bits = rest.view(torch.int32)
-    small = torch.where(finite, (rest_bits + 0x1000) & -0x2000, rest_bits).view(torch.float32)
-    small = torch.where(rest == 0, t * 2.0 ** -30, small)
-    return big, small
-
-
 class IgemmTmaLayer:
     """One layer: the packed weight parts per maps-per-program, the tile per batch and input size."""
 
@@ -265,8 +250,7 @@ class IgemmTmaLayer:
             w[:M, :, :, :self.C] = self.weight.permute(0, 2, 3, 1)
             w = w.reshape(mp, KH * KW * cp)
             w = torch.where(w.abs() < torch.finfo(torch.float32).tiny, torch.zeros_like(w), w)  # denormals: 0
-            big, small = split_tf32(w, 2 if self.parts == 3 else 1)
-            small = big if small is None else small
+            big, small = split_tf32(w) if self.parts == 3 else (round_tf32(w),) * 2
             self._packed[key] = (big, small, TensorDescriptor.from_tensor(big, [tile.bm, tile.bk]),
                                  TensorDescriptor.from_tensor(small, [tile.bm, tile.bk]))
         return self._packed[key]
