@@ -4,8 +4,9 @@ Op Time of a layer is its convolution calls as the engine makes them (including 
 staging weights), input already on the device, synchronised before and after, with CUDA events on a
 GPU; summed over the chunks a batch is cut into. One-time preparation (compiling, packing weights) is
 timed apart. Everything else (activations, pooling, fully-connected layers) runs in PyTorch float32, except on
-the CPU whole-network path (cpu-parallel, the CPU's auto): there the convs are fused with their activation and
-max pool, the dense layers are convforge.cpu_dense's blocked GEMM with bias and activation fused, and every
+the CPU whole-network path (cpu-winograd, the CPU's auto, or cpu-parallel): there the convs are fused with their
+activation and max pool (cpu-parallel's kernels; with cpu-winograd, unpooled 2x2-8x8 layers between two convs or
+a conv and a dense layer take its Winograd kernel), the dense layers are convforge.cpu_dense's blocked GEMM with bias and activation fused, and every
 intermediate buffer lives in an arena allocated once per chunk size and reused across chunks and calls.
 """
 
@@ -53,7 +54,7 @@ CHUNK_BYTES = {"cpu": 256 << 20, "cuda": 4 << 30}
 FREE_MEMORY_SHARE = 1 / 8
 
 # The CPU whole-network path (see Engine._forward_cpu): the implementations it serves, and its chunk.
-CPU_WHOLE_IMPLS = ("cpu-parallel",)
+CPU_WHOLE_IMPLS = ("cpu-parallel", "cpu-winograd")
 CPU_CHUNK = 2048
 # The first conv reads the uint8 images itself (cpu_parallel's transposes convert them): no float32 copy of the
 # chunk (the A/B toggles it; benchmarks/2026-11-26-cpu-whole-fa17-sp18-sp19)
@@ -269,9 +270,11 @@ class Engine:
             if isinstance(layer, Conv):
                 conv_index += 1
                 weight, bias = self.params[f"{prefix}.weight"], self.params.get(f"{prefix}.bias")
-                fusion = fusion_after(walk, i) if fuse and self.impl.fuses else None
+                # The CPU whole path fuses with cpu-parallel's kernels whichever entry it runs for.
+                fuses = self.impl.fuses or self.cpu_whole   # the CPU whole path: cpu-parallel's fused kernels
+                fusion = fusion_after(walk, i) if fuse and fuses else None
                 impl = self._layer_impl(shape_in[0], layer.out_channels, fusion)
-                fusion = fusion if impl.fuses else None
+                fusion = fusion if impl.fuses or self.cpu_whole else None
                 shape = ConvShape(0, layer.out_channels, *shape_in, layer.kernel)
                 step.result = LayerResult(conv_index, shape, impl.name)
                 if fusion:
@@ -279,11 +282,16 @@ class Engine:
                 step.lanes_in = lanes
                 step.lanes_out = lanes = self.cpu_whole and lanes_next(walk, i + 1 + step.skip)
                 step.raw_input = RAW_INPUT and step.lanes_out and not step.lanes_in and not self.steps
+                if self.cpu_whole:
+                    impl = self._cpu_whole_impl(step, weight, bias, fusion)
+                    step.result.impl = impl.name
                 if step.lanes_in or step.lanes_out:
-                    from convforge.conv import cpu_parallel
+                    from convforge.conv import cpu_parallel, cpu_winograd
                     if fusion:
                         step.conv_fn = cpu_parallel.prepare_fused(weight, bias, *fusion[:2], lanes_in=step.lanes_in,
                                                                   lanes_out=step.lanes_out, raw_input=step.raw_input)
+                    elif impl.name == "cpu-winograd":
+                        step.conv_fn = cpu_winograd.prepare_lanes(weight, bias)
                     else:
                         step.conv_fn = cpu_parallel.prepare_lanes(weight, bias, step.lanes_in, step.lanes_out,
                                                                   raw_input=step.raw_input)
@@ -414,6 +422,18 @@ class Engine:
                     x = apply_layer(step.layer, x, self.params, step.prefix)
                     base = None
         return x
+
+    def _cpu_whole_impl(self, step: "_Step", weight: torch.Tensor, bias: Optional[torch.Tensor],
+                        fusion) -> conv.ConvImpl:
+        """On the CPU whole path: cpu-winograd (when it is the engine's entry) for an unpooled layer between two
+        lane-layout steps whose weights it serves (the second convs of sp18, sp19, fa18, fa19: 1.15-1.8x
+        cpu-parallel's time, benchmarks/2026-11-27-cpu-winograd-second-convs); cpu-parallel's kernels for
+        every other layer."""
+        if self.impl.name == "cpu-winograd" and not fusion and step.lanes_in and step.lanes_out:
+            from convforge.conv import cpu_winograd
+            if cpu_winograd.serves(weight, bias):
+                return self.impl
+        return conv.get("cpu-parallel")
 
     def _layer_impl(self, channels: int, maps: int, fusion) -> conv.ConvImpl:
         """The implementation for a conv layer of ``channels`` input channels. Exact: the engine's one

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from convforge import conv
+from convforge.conv import cpu_parallel
 from convforge.conv.reference import conv2d_float64
 from convforge.harness.check import describe_mismatch, poisoned, random_case, relative_error
 from convforge.models import PRESETS
@@ -221,7 +222,7 @@ def test_parallel_pooled_tiles(case, config):
     groups = -(-batch // 16)
     lanes = torch.full(cpu_parallel.lane_shape(batch + 16, ref.shape[1:]), float("nan"))
     cpu_parallel.prepare_fused(w, b, activation, 2, config=config + (True,), lanes_out=True)(x, lanes[:groups], batch)
-    got = _from_lanes(lanes[:groups], batch).numpy()
+    got = cpu_parallel.from_lanes(lanes[:groups], batch).numpy()
     assert relative_error(got, ref) <= TOLERANCE, describe_mismatch(got, ref)
     assert torch.isnan(lanes[groups:]).all()
 
@@ -242,7 +243,7 @@ def test_pooled_tile_nan_windows(lanes_out):
         ref = F.max_pool2d(torch.tanh(torch.from_numpy(conv2d_float64(x.numpy(), w.numpy(), b.numpy()))), 2, 2)
         if lanes_out:
             out = torch.full(cpu_parallel.lane_shape(20, (6, 8, 8)), float("nan"))
-            got = _from_lanes(fn(x, out, 20), 20)
+            got = cpu_parallel.from_lanes(fn(x, out, 20), 20)
         else:
             got = fn(x)
         assert torch.equal(torch.isnan(got), torch.isnan(ref)), trial
@@ -313,19 +314,6 @@ def test_parallel_fused_matches_float64(cpu_tiles, case):
     assert relative_error(fn(x), ref) <= TOLERANCE
 
 
-def _to_lanes(x: torch.Tensor) -> torch.Tensor:
-    """(B, C, H, W) as cpu-parallel's lane layout (groups, C, H, W, 16); a last partial group's extra lanes NaN, so
-    that any mixing of lanes shows."""
-    groups = -(-x.shape[0] // 16)
-    padded = torch.full((groups * 16, *x.shape[1:]), float("nan"))
-    padded[:x.shape[0]] = x
-    return padded.reshape(groups, 16, *x.shape[1:]).permute(0, 2, 3, 4, 1).contiguous()
-
-
-def _from_lanes(y: torch.Tensor, rows: int) -> torch.Tensor:
-    return y.permute(0, 4, 1, 2, 3).reshape(-1, *y.shape[1:4])[:rows]
-
-
 LANE_CASES = [  # (M, C, H, W, K, activation, pool); pool 0: prepare_lanes (no activation, no pool)
     (6, 1, 64, 64, 5, "tanh", 2),     # sp18's first layer (AVX-512: the pooled tile)
     (16, 6, 30, 30, 5, None, 0),      # sp18's second layer, unfused (the dense layer reads its lanes)
@@ -367,8 +355,8 @@ def test_parallel_lane_layouts(cpu_tiles, case, layout):
             ref = F.max_pool2d(ACTIVATIONS[activation](ref) if activation else ref, pool, pool) if pool else ref
             buffer.fill_(float("nan"))
             n = -(-rows // 16) if lanes_out else rows
-            out = fn(_to_lanes(xb) if lanes_in else xb, buffer[:n], rows)
-            got = _from_lanes(out, rows) if lanes_out else out
+            out = fn(cpu_parallel.to_lanes(xb) if lanes_in else xb, buffer[:n], rows)
+            got = cpu_parallel.from_lanes(out, rows) if lanes_out else out
             err = relative_error(got.numpy(), ref.numpy())
             assert err <= TOLERANCE, f"{case} {layout} B={rows}: {err:.2e}; {describe_mismatch(got.numpy(), ref.numpy())}"
     finally:
@@ -405,7 +393,7 @@ def test_parallel_lanes_from_uint8(cpu_tiles, case):
             ref = F.max_pool2d(ACTIVATIONS[activation](ref) if activation else ref, pool, pool) if pool else ref
             buffer.fill_(float("nan"))
             out = fn(xb, buffer[:-(-rows // 16)], rows)
-            got = _from_lanes(out, rows)
+            got = cpu_parallel.from_lanes(out, rows)
             err = relative_error(got.numpy(), ref.numpy())
             assert err <= TOLERANCE, f"{case} B={rows}: {err:.2e}; {describe_mismatch(got.numpy(), ref.numpy())}"
     finally:
@@ -431,8 +419,8 @@ def test_unpooled_tiles_into_lanes(cpu_tiles, config, direct):
         cpu_parallel.DIRECT_STORES = saved
     ref = conv2d_float64(x.numpy(), w.numpy(), b.numpy())
     buffer = torch.full(cpu_parallel.lane_shape(37 + 32, (maps, height - kernel + 1, width - kernel + 1)), float("nan"))
-    out = fn(_to_lanes(x), buffer[:3], 37)
-    err = relative_error(_from_lanes(out, 37).numpy(), ref)
+    out = fn(cpu_parallel.to_lanes(x), buffer[:3], 37)
+    err = relative_error(cpu_parallel.from_lanes(out, 37).numpy(), ref)
     assert err <= TOLERANCE, f"{config} direct={direct}: {err:.2e}"
     assert torch.isnan(buffer[3:]).all()
 
@@ -460,7 +448,7 @@ def test_dense_layer_reads_lane_layout(threads, small_work):
     try:
         for rows in (203, 61, 9, 1, 130):
             x = torch.randn(rows, k, generator=g)
-            lanes = _to_lanes(x.reshape(rows, k, 1, 1)).reshape(-1)
+            lanes = cpu_parallel.to_lanes(x.reshape(rows, k, 1, 1)).reshape(-1)
             out = np.full((rows, cpu_dense.padded(n)), np.nan, np.float32)
             layer(lanes.numpy(), k, out)
             ref = ACTIVATIONS["tanh"](torch.nn.functional.linear(x.double(), w.double(), b.double()))
@@ -490,7 +478,7 @@ def test_fused_tanh_and_sigmoid_over_the_float32_range():
         from convforge.conv import cpu_parallel
         lanes = torch.empty(cpu_parallel.lane_shape(32, (1, 12, 12)))
         cpu_parallel.prepare_fused(w, None, activation, 2, lanes_out=True)(x2, lanes, 32)
-        assert float((_from_lanes(lanes, 32).double() - ref).abs().max()) < 1e-6, activation
+        assert float((cpu_parallel.from_lanes(lanes, 32).double() - ref).abs().max()) < 1e-6, activation
 
 
 @pytest.mark.parametrize("tile", [None, (6, 1), (8, 3), (12, 2), (8, 2), (4, 1)],

@@ -71,14 +71,16 @@ def _images(network, count, seed):
     return np.random.default_rng(seed).integers(0, 256, (count, size, size), dtype=np.uint8)
 
 
+@pytest.mark.parametrize("impl", ["cpu-parallel", "cpu-winograd"])
 @pytest.mark.parametrize("name", [p for p in PRESETS if p != "fa17-low"])
-def test_cpu_whole_network_matches_float64_on_every_preset(name):
+def test_cpu_whole_network_matches_float64_on_every_preset(name, impl):
     """Fused conv + act + pool, the GEMM dense layers, the arena: logits within 1e-5 of float64; a batch of 37
-    in chunks of 16 (a partial 16-image group and a partial last chunk)."""
+    in chunks of 16 (a partial 16-image group and a partial last chunk). cpu-winograd: the unpooled second
+    convs (sp18, sp19, fa18, fa19) take its kernel, the pooled ones cpu-parallel's."""
     from convforge.engine import Engine
     from convforge.harness.check import relative_error
     network = load_preset(name)
-    engine = Engine(network, impl="cpu-parallel", device="cpu", chunk=16)
+    engine = Engine(network, impl=impl, device="cpu", chunk=16)
     assert engine.cpu_whole
     images = _images(network, 37, seed=len(name))
     reference = _reference(network, images)
@@ -90,10 +92,14 @@ def test_cpu_whole_network_matches_float64_on_every_preset(name):
     fused = [layer.fused for layer in result.layers]
     assert fused[0] in ("tanh+maxpool2", "relu+maxpool2")
     assert all(layer.op_time_s > 0 for layer in result.layers)
+    winograd = impl == "cpu-winograd" and name in ("sp18", "sp19", "fa18", "fa19")
+    assert [layer.impl for layer in result.layers][1:] == (["cpu-winograd"] if winograd else
+                                                           ["cpu-parallel"] * (len(result.layers) - 1))
 
 
+@pytest.mark.parametrize("impl", ["cpu-parallel", "cpu-winograd"])
 @pytest.mark.parametrize("name", ["fa20", "fa18", "sp19", "fa17-high"])
-def test_cpu_arena_buffers_are_reused_without_stale_data(cpu_tiles, name):
+def test_cpu_arena_buffers_are_reused_without_stale_data(cpu_tiles, name, impl):
     """Two different batches in a row, a smaller one after a larger one, a partial last chunk: each matches
     its own reference, and the arena keeps its buffers (allocated once, for the largest chunk). fa20: two
     fused convs (pool 2 and 4); fa18 and sp19: an unfused second conv into the dense layer; fa17-high: the
@@ -102,7 +108,7 @@ def test_cpu_arena_buffers_are_reused_without_stale_data(cpu_tiles, name):
     from convforge.engine import Engine
     from convforge.harness.check import relative_error
     network = load_preset(name)
-    engine = Engine(network, impl="cpu-parallel", device="cpu", chunk=32)
+    engine = Engine(network, impl=impl, device="cpu", chunk=32)
     first, second = _images(network, 50, seed=1), _images(network, 41, seed=2)
     pointers = None
     with torch.inference_mode():
@@ -120,7 +126,7 @@ def test_cpu_whole_is_the_default_on_the_cpu():
     from convforge import conv
     from convforge.engine import Engine
     engine = Engine(load_preset("sp19"), impl="auto", device="cpu")
-    assert conv.resolve("auto", "cpu").name == "cpu-parallel" and engine.cpu_whole
+    assert conv.resolve("auto", "cpu").name == "cpu-winograd" and engine.cpu_whole
     unfused = Engine(load_preset("sp19"), impl="auto", device="cpu", fuse=False)
     images = _images(unfused.network, 20, seed=3)
     assert unfused.run(images, _reference(unfused.network, images).argmax(1)).correctness == 1.0
@@ -142,7 +148,8 @@ def test_bench_whole_cpu_without_the_onnx_extras(cli, tmp_path, monkeypatch):
     rows = {row["candidate"]: row for row in json.loads(out.read_text())}
     assert rows["onnxruntime"]["note"] == rows["openvino"]["note"] == "not installed: pip install 'convforge[onnx]'"
     assert rows["onnxruntime"]["ms"] is None and "not installed" in stdout
-    ours = rows["convforge (cpu-parallel)"]
+    ours = rows["convforge (cpu-winograd)"]
+    assert rows["convforge (cpu-parallel)"]["relative_error"] <= 1e-5      # the direct kernels' row, same run
     assert ours["ms"] > 0 and ours["relative_error"] <= 1e-5 and ours["threads"] == torch.get_num_threads()
     assert rows["torch eager"]["predictions_agree"] == 1.0 and ours["fma_gflops"] > 0
     assert ours["fma_gflops_during"] > 0 and ours["pct_of_peak_during"] > 0   # the probe between rounds

@@ -164,6 +164,9 @@ IMPLEMENTATIONS: tuple[ConvImpl, ...] = (
     ConvImpl("cpu-parallel", "cpu_parallel", ("cpu",), "fp32",
              "Numba, 16 images per vector, compile-time K and map blocks, in-register transposes, thread pool, "
              "optional fused act + pool", ("numba",), fuses=True, install_hint=_NUMBA),
+    ConvImpl("cpu-winograd", "cpu_winograd", ("cpu",), "fp32",
+             "Winograd F(m, K) along rows (9 points), cpu-parallel's register tiles for the products, 16 images "
+             "per vector; the CPU engine's unpooled layers", ("numba",), install_hint=_NUMBA),
     ConvImpl("cpu-gemm", "cpu_gemm", ("cpu",), "fp32", "unroll (im2col) + BLAS matrix multiply, chunked"),
     # -- beyond the course: either device, through torch.fft -----------------------------------------
     ConvImpl("fft", "fft_conv", ("cpu", "cuda"), "fp32",
@@ -235,7 +238,7 @@ IMPLEMENTATIONS: tuple[ConvImpl, ...] = (
 _BY_NAME = {impl.name: impl for impl in IMPLEMENTATIONS}
 
 # What "--impl auto" picks, first available wins.
-AUTO_PREFERENCE = {"cuda": ("cuda-auto", "triton-direct", "torch"), "cpu": ("cpu-parallel", "torch")}
+AUTO_PREFERENCE = {"cuda": ("cuda-auto", "triton-direct", "torch"), "cpu": ("cpu-winograd", "cpu-parallel", "torch")}
 
 
 def names() -> list[str]:

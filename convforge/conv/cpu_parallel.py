@@ -183,7 +183,8 @@ _TRANSPOSED_STORE = None
 TRANSPOSE_VERSION = 2  # part of the generated source, so a change here recompiles the cached kernels
 
 
-def tile_kernel(kernel: int, block: int, width: int, vector: int = LANES, direct: bool = False):
+def tile_kernel(kernel: int, block: int, width: int, vector: int = LANES, direct: bool = False,
+                rows: Optional[int] = None):
     """The Numba intrinsic ``conv_tile(x, x0, row, chan, C, w, w0, bias, b0, acc, a0)`` for K = ``kernel``,
     MB = ``block`` maps, TW = ``width`` output columns and ``vector`` lanes (all baked in): one generator for
     the AVX-512 tile (16 lanes, the whole group) and the AVX2 one (8 lanes, half a group per call, the
@@ -197,18 +198,21 @@ def tile_kernel(kernel: int, block: int, width: int, vector: int = LANES, direct
     and its vectoriser only handles innermost loops, so a Numba loop cannot keep the accumulators in
     registers across the (c, p, q) reduction.
 
+    ``rows``: kernel rows KH when not ``kernel`` (KH x K taps, weights [c][p][q][mm]); cpu_winograd's 1 x K
+    products run on it.
+
     ``direct``: the intrinsic takes three more arguments, ``conv_tile(..., acc, a0, js, ms, valid)``, and
     stores map mm < valid of column jj to acc[a0 + jj * js + mm * ms ...] (maps from ``valid`` on, padding,
     are not stored): the unpooled layer writes y's lane layout from the tile itself (js = 16, ms = a map
     plane), with no band and no copy (DIRECT_STORES).
     """
-    key = (kernel, block, width, vector, bool(direct))
+    key = (kernel, block, width, vector, bool(direct), rows or kernel)
     if key not in _TILES:
         from llvmlite import ir
         from numba import types
         from numba.core import cgutils
         from numba.extending import intrinsic
-        K, MB, TW, V, DIRECT = key
+        K, MB, TW, V, DIRECT, KH = key
 
         def conv_tile(typingctx, x, x0, row, chan, C, w, w0, bias, b0, acc, a0, *strides):
             sig = types.void(x, x0, row, chan, C, w, w0, bias, b0, acc, a0, *strides)
@@ -244,8 +248,8 @@ def tile_kernel(kernel: int, block: int, width: int, vector: int = LANES, direct
                         builder.store(start, accs[jj][mm])
                 with cgutils.for_range(builder, cv) as cl:
                     xc = builder.add(x0v, builder.mul(cl.index, chanv))
-                    wc = builder.add(w0v, builder.mul(cl.index, const(K * K * MB)))
-                    with cgutils.for_range(builder, const(K)) as pl:
+                    wc = builder.add(w0v, builder.mul(cl.index, const(KH * K * MB)))
+                    with cgutils.for_range(builder, const(KH)) as pl:
                         xr = builder.add(xc, builder.mul(pl.index, rowv))
                         wr = builder.add(wc, builder.mul(pl.index, const(K * MB)))
                         with cgutils.for_range(builder, const(K)) as ql:
@@ -841,6 +845,20 @@ def lane_shape(rows: int, shape: tuple) -> tuple:
     return (-(-rows // LANES), *shape, LANES)
 
 
+def to_lanes(x: torch.Tensor) -> torch.Tensor:
+    """(B, C, H, W) as the lane layout (lane_shape); a last partial group's extra lanes NaN, so that any mixing
+    of lanes shows."""
+    groups = -(-x.shape[0] // LANES)
+    padded = torch.full((groups * LANES, *x.shape[1:]), float("nan"), dtype=x.dtype)
+    padded[:x.shape[0]] = x
+    return padded.reshape(groups, LANES, *x.shape[1:]).permute(0, 2, 3, 4, 1).contiguous()
+
+
+def from_lanes(y: torch.Tensor, rows: int) -> torch.Tensor:
+    """The first ``rows`` images of a lane-layout tensor as (rows, C, H, W) (a view)."""
+    return y.permute(0, 4, 1, 2, 3).reshape(-1, *y.shape[1:4])[:rows]
+
+
 _POOL: Optional[ThreadPoolExecutor] = None
 _POOL_SIZE = 0
 _POOL_LOCK = threading.Lock()
@@ -954,8 +972,9 @@ def _prepare(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Opt
         _run_items(fn, (xn, w, b, target.numpy(), maps), work_items(groups, blocks, max(1, torch.get_num_threads())))
         return finish_output(target, result)
 
-    def run_lanes(x: torch.Tensor, out: torch.Tensor, rows: int) -> torch.Tensor:
-        groups = -(-rows // LANES)
+    def run_lanes(x: torch.Tensor, out: torch.Tensor, rows: int, groups: Optional[list] = None) -> torch.Tensor:
+        """``groups``: only these 16-image groups (cpu_winograd's out-of-range ones), else all."""
+        only, groups = groups, -(-rows // LANES)
         height, width = (x.shape[2], x.shape[3])
         if lanes_in:
             if x.dim() != 5 or x.shape[0] < groups or x.shape[1] != channels or x.shape[4] != LANES:
@@ -971,8 +990,10 @@ def _prepare(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Opt
         want = lane_shape(rows, shape[1:]) if lanes_out else shape
         if tuple(out.shape) != want or out.dtype != torch.float32 or not out.is_contiguous():
             raise ValueError(f"out must be a contiguous float32 {want} tensor, got {out.dtype} {tuple(out.shape)}")
+        items = work_items(groups, blocks, max(1, torch.get_num_threads())) if only is None else \
+            [(g, g + 1, 0, blocks) for g in only]
         if rows:
-            _run_items(fn, (xn, w, b, out.numpy(), maps), work_items(groups, blocks, max(1, torch.get_num_threads())))
+            _run_items(fn, (xn, w, b, out.numpy(), maps), items)
         return out
 
     return run_lanes if (lanes_in or lanes_out) else run

@@ -179,9 +179,11 @@ def cpu_candidates(network: Network, onnx_path: Optional[str], threads: int) -> 
     the candidate cannot run here (a string)."""
     ours = Engine(network, impl="auto", device="cpu")
     arch, params = network.architecture, dict(network.params)
-    runs: dict[str, object] = {
-        f"convforge ({ours.impl.name})": lambda: lambda x: ours.forward(x, timed=False),
-        "torch eager": lambda: lambda x: forward_with(arch, params, x)}
+    runs: dict[str, object] = {f"convforge ({ours.impl.name})": lambda: lambda x: ours.forward(x, timed=False)}
+    if ours.impl.name != "cpu-parallel":    # the direct kernels alone, for the A/B in the same run
+        direct = Engine(network, impl="cpu-parallel", device="cpu")
+        runs["convforge (cpu-parallel)"] = lambda: lambda x: direct.forward(x, timed=False)
+    runs["torch eager"] = lambda: lambda x: forward_with(arch, params, x)
     reason = extra_missing("onnxruntime") or (None if onnx_path else "the ONNX export failed")
     if reason:
         runs["onnxruntime"] = reason
