@@ -201,6 +201,11 @@ def test_big_layers_take_the_big_tiles():
     assert triton_igemm.choose_tile("tf32", 2, 128, 128, 241, 241, 16, 16, 132) == Tile(1, 256, 128, 32, 8, 3)
     # 8 images of 14 x 14 outputs, 512 maps: 128 x 128 leaves half the SMs idle
     assert triton_igemm.choose_tile("tf32x3", 8, 512, 512, 14, 14, 3, 3, 132).bm == 64
+    # BF16_NOTE: 64 channels a step; 256 maps a program for 192 maps at 128 px, not for 8 images of 16 px
+    assert triton_igemm.choose_tile("bf16", 2, 128, 128, 241, 241, 16, 16, 132) == Tile(1, 256, 128, 64, 8, 3)
+    assert triton_igemm.choose_tile("bf16", 4, 192, 96, 124, 124, 5, 5, 132) == Tile(1, 128, 256, 64, 8, 3)
+    assert triton_igemm.choose_tile("bf16", 8, 512, 512, 14, 14, 3, 3, 132).bm == 64
+    assert triton_igemm.choose_tile("bf16", 16, 32, 16, 252, 252, 5, 5, 132) == Tile(1, 256, 32, 16, 8, 3)
 
 
 @pytest.mark.skipif(INTERPRETED, reason="the interpreter's tl.dot sums in fp32: no truncating accumulator")

@@ -57,8 +57,10 @@ class Tile(NamedTuple):
 FORMS = {
     "tf32x3": ((128, 128, 8, 3), (128, 64, 4, 4), (64, 128, 4, 3)),
     "tf32": ((256, 128, 8, 3), (128, 128, 8, 4), (128, 64, 4, 4)),
-    "bf16": ((256, 128, 8, 3), (128, 128, 8, 4), (128, 64, 4, 4)),
+    "bf16": ((256, 128, 8, 3), (128, 128, 8, 3), (128, 64, 4, 4)),
 }
+BF16_WIDE_MAPS = (128, 256, 8, 3)    # BF16_NOTE: layers of > 128 maps
+BF16_FEW_MAPS = (256, 32, 8, 3)      # BF16_NOTE: layers of <= 32 maps
 BK_MAX = {"tf32x3": 32, "tf32": 32, "bf16": 64}   # channels a k step: a box row of 128 bytes at most
 # TILE_NOTE: measured on an H100 (benchmarks/2026-11-27-h100-triton-igemm-tma, call 2: 3 forms per precision on
 # gpu-mode's 4 and the wide set's 35 shapes; layers of <= 64 maps took 128 x 64). 3xTF32: 128 x 128 won wherever
@@ -68,6 +70,15 @@ BK_MAX = {"tf32x3": 32, "tf32": 32, "bf16": 64}   # channels a k step: a box row
 # fewer than half the SMs would get a program. Maps per program shrink to the layer (16-64 for few maps), and
 # 64 replaces 128 where 128 pads more (192 maps: three 64s, not two 128s). Columns per program: the power of two
 # that holds an output row (8-TW), rows R = BN / columns, so that small images fill the tile.
+# BF16_NOTE: H100 (benchmarks/2026-11-27-h100-triton-igemm-bf16, call 1: 5 forms with 64- or 32-channel k steps
+# on gpu-mode's 4 and the wide set's 35 shapes). 64 channels a step beat 32 on every layer of > 32 channels but one
+# (1.2-2.1x on the 256-px ones); TF32's rule then picked the best form or one within 8 % on 25 of 39 layers.
+# Measured changes: 128 x 128 with 3 stages, not 4 (16 images of 1024 px, 1x1, 64 channels: 6.44 against 7.81 ms,
+# a one-step reduction where 4 stages halve the programs an SM holds; elsewhere within 2 %, but on the 256-px
+# layers, which take 256 x 128); 128 positions x 256 maps where maps > 128, C*KH*KW >= 1024 and it still fills
+# 0.9 of a wave (192 maps, 128 px, K 5: 0.206 against 0.280 ms; 64 images of 16 px, 256 maps: 0.070 against
+# 0.082); 256 positions x <= 32 maps, 8 warps (four layers of 16-32 maps: 3-12 % faster than 128 x 32, 4 warps;
+# at 64 maps it lost 5-15 %).
 # SUMS_NOTE: the tensor cores' fp32 accumulation truncates (cuda_igemm's FLUSH_NOTE). Summing all of C*KH*KW in
 # the dot's accumulator (SUMS 1) measured 2.2e-5 - 9.2e-4 relative error against float64 on image 0 of six
 # layers with C*KH*KW of 3136-131072 (H200, benchmarks/2026-11-27-h100-triton-igemm-tma, call 5), over the exact
@@ -111,7 +122,11 @@ def choose_tile(precision: str, B: int, M: int, C: int, HO: int, WO: int, KH: in
     """The launch shape for a layer and batch (TILE_NOTE)."""
     bk_max = BK_MAX[precision]
     if M <= 64:
-        return tile_for(128, 64, 4, 4, M, C, WO, bk_max)
+        return tile_for(*(BF16_FEW_MAPS if precision == "bf16" and M <= 32 else (128, 64, 4, 4)), M, C, WO, bk_max)
+    if precision == "bf16" and M > 128 and C * KH * KW >= 1024:
+        wide = tile_for(*BF16_WIDE_MAPS, M, C, WO, bk_max)
+        if programs(wide, B, M, HO, WO) >= 0.9 * sms:
+            return wide
     tiles = [tile_for(*form, M, C, WO, bk_max) for form in FORMS[precision]]
     fill = [programs(t, B, M, HO, WO) for t in tiles]
     padded = [-(-M // t.bm) * t.bm for t in tiles]
