@@ -72,13 +72,15 @@ BK_MAX = {"tf32x3": 32, "tf32": 32, "bf16": 64}   # channels a k step: a box row
 # that holds an output row (8-TW), rows R = BN / columns, so that small images fill the tile.
 # BF16_NOTE: H100 (benchmarks/2026-11-27-h100-triton-igemm-bf16, call 1: 5 forms with 64- or 32-channel k steps
 # on gpu-mode's 4 and the wide set's 35 shapes). 64 channels a step beat 32 on every layer of > 32 channels but one
-# (1.2-2.1x on the 256-px ones); TF32's rule then picked the best form or one within 8 % on 25 of 39 layers.
+# (1.05-1.71x; 1.7x on the 256-px ones; the one: 1x1, see 3 stages below); TF32's rule then picked the best of the
+# five on 18 of 39 layers and one within 8 % of it on 29.
 # Measured changes: 128 x 128 with 3 stages, not 4 (16 images of 1024 px, 1x1, 64 channels: 6.44 against 7.81 ms,
-# a one-step reduction where 4 stages halve the programs an SM holds; elsewhere within 2 %, but on the 256-px
-# layers, which take 256 x 128); 128 positions x 256 maps where maps > 128, C*KH*KW >= 1024 and it still fills
-# 0.9 of a wave (192 maps, 128 px, K 5: 0.206 against 0.280 ms; 64 images of 16 px, 256 maps: 0.070 against
-# 0.082); 256 positions x <= 32 maps, 8 warps (four layers of 16-32 maps: 3-12 % faster than 128 x 32, 4 warps;
-# at 64 maps it lost 5-15 %).
+# a one-step reduction, where 4 stages' 128 kB of shared memory a program leave one program an SM; elsewhere
+# within 3 %, but on the 256-px layers, which take 256 x 128); 128 positions x 256 maps where maps > 128,
+# C*KH*KW >= 1024 and it still fills 0.9 of a wave (192 maps, 128 px, K 5: 0.206 against 0.280 ms; 64 images of
+# 16 px, 256 maps: 0.070 against 0.082; under 0.9 of a wave it took 1.05-1.17x the time on five of six layers,
+# 0.80x on one); 256 positions x <= 32 maps, 8 warps (four layers of 16-32 maps: 3-15 % faster than 128 x 32,
+# 4 warps; at 64 maps it lost 2-49 %).
 # SUMS_NOTE: the tensor cores' fp32 accumulation truncates (cuda_igemm's FLUSH_NOTE). Summing all of C*KH*KW in
 # the dot's accumulator (SUMS 1) measured 2.2e-5 - 9.2e-4 relative error against float64 on image 0 of six
 # layers with C*KH*KW of 3136-131072 (H200, benchmarks/2026-11-27-h100-triton-igemm-tma, call 5), over the exact
