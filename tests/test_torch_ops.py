@@ -481,7 +481,7 @@ def test_auto_never_compiles_weights_into_code(monkeypatch):
         names = torch_ops.candidates(call)
         assert names[0] == "torch" and len(names) > 1
         assert not set(names) & {"cuda-direct", "cuda-auto", "cuda-tc-tf32", "cuda-tc-fp16", "triton-gemm-tf32",
-                                   "triton-igemm-tf32", "torch-tf32"}
+                                   "triton-igemm-tf32", "torch-tf32", "triton-igemm-bf16", "torch-bf16"}
     big = dataclasses.replace(many, C=128, KH=9, KW=9)
     # outside the course kernels' envelope: the many-channel kernels only
     assert big.flops == 8 * 2 * 32 * 128 * 81 * 20 * 20 >= torch_ops.MIN_FLOPS["triton-igemm-3xtf32"]

@@ -34,7 +34,7 @@ EXACT = 1e-5
 REPO = Path(__file__).resolve().parents[1]
 
 UNFUSED = ("triton-direct", "triton-gemm", "triton-gemm-tf32", "triton-fused-layer", "triton-igemm-3xtf32",
-           "triton-igemm-tf32")
+           "triton-igemm-tf32", "triton-igemm-bf16")
 
 # (B, M, C, H, W, K): what each case exercises.
 SHAPES = {
@@ -50,8 +50,9 @@ SHAPES = {
 }
 
 
-# Entries that round their operands to TF32 themselves (not in tl.dot): reduced precision under the interpreter too.
-ROUNDS_OPERANDS = ("triton-igemm-tf32",)
+# Entries that round their operands to TF32 or bf16 themselves (not in tl.dot): reduced precision under the
+# interpreter too.
+ROUNDS_OPERANDS = ("triton-igemm-tf32", "triton-igemm-bf16")
 
 
 def _tolerance(impl) -> float:
@@ -357,7 +358,7 @@ def test_map_plan_covers_every_map(maps):
 def test_registry_entries():
     for name in UNFUSED:
         impl = conv.get(name)
-        assert impl.header.splitlines()[0].startswith(name.split("-tf32")[0]), impl.header[:80]
+        assert impl.header.splitlines()[0].startswith(name.split("-tf32")[0].split("-bf16")[0]), impl.header[:80]
         assert impl._module().unavailable_reason() is None
     assert conv.get("triton-fused-layer").fuses
     assert conv.get("triton-tc-fused").fuses and conv.get("triton-tc-fused").precision == "fp16"

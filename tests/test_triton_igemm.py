@@ -1,8 +1,9 @@
-"""triton-igemm-3xtf32 / triton-igemm-tf32 (``conv/triton_igemm.py``): the TMA-fed implicit GEMM.
+"""triton-igemm-3xtf32 / -tf32 / -bf16 (``conv/triton_igemm.py``): the TMA-fed implicit GEMM.
 
 Against a float64 reference on fresh random data with the output poisoned with NaN (conftest's check_layer_call),
 on a GPU (sm_90+) or, without one, in Triton's interpreter (tensor descriptors emulated, tl.dot in fp32: the
-TF32 entry still rounds its operands itself, so it is held to its reduced tolerance there too). Covered: zero
+TF32 and BF16 entries still round their operands themselves, so they are held to their reduced tolerance there
+too; the BF16 products are widened to fp32 there, INTERP_NOTE, so its bf16 tl.dot runs on the GPU only). Covered: zero
 padding (square and per-side), rectangular kernels, bias, every tile form the chooser can return (several output
 rows a program, columns past the row, maps and channels no multiple of the tile), the channels-last prologue's
 bits, Inf/NaN inputs where torch's fp32 convolution puts them, the tile chooser, and what the entry refuses.
@@ -24,7 +25,7 @@ from conftest import check_layer_call  # noqa: E402
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 DEVICE = "cpu" if INTERPRETED else "cuda"
-NAMES = ("triton-igemm-3xtf32", "triton-igemm-tf32")
+NAMES = ("triton-igemm-3xtf32", "triton-igemm-tf32", "triton-igemm-bf16")
 # the interpreter's NumPy warns where Inf - Inf and Inf * 0 make the NaN the tests expect
 pytestmark = [pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")]
 Tile = triton_igemm.Tile
@@ -111,18 +112,31 @@ def test_splits_fill_one_wave():
     assert layer.splits_for(tile, 64, 16, 16, steps=144) == 1           # 512 programs fill the GPU
 
 
-@pytest.mark.parametrize("parts", (1, 2))
-def test_channels_last_prologue_bits(parts):
-    """The kernel-side copy equals the host-side split of a zero-padded channels-last tensor, bit for bit,
-    Inf and NaN included (big keeps them; small keeps an Inf's sign)."""
+@pytest.mark.parametrize("name", NAMES)
+def test_channels_last_prologue_bits(name):
+    """The kernel-side copy equals the host-side split (3xTF32), TF32 rounding or bfloat16 conversion (torch's,
+    to nearest even) of a zero-padded channels-last tensor, bit for bit, Inf and NaN included (big keeps them;
+    small keeps an Inf's sign; a NaN whose payload is below bf16's bits stays NaN)."""
+    parts = 2 if name == "triton-igemm-3xtf32" else 1
     x, w, _ = _data(2, 4, 5, 6, 7, 3, 3, seed=3, bias=False)
     x[0, 1, 2, 3], x[1, 4, 5, 6], x[0, 0, 0, 0] = float("inf"), float("-inf"), float("nan")
     x[1, 2, 3, 3] = 1.0 + 2.0 ** -20                          # a rest below TF32's last bit
-    fn, _ = _prepare("triton-igemm-3xtf32" if parts == 2 else "triton-igemm-tf32", w, None, padding=(1, 2))
+    if name == "triton-igemm-bf16":   # ties (to even: down, then up), just past a tie, the largest float32 (to
+        # Inf), subnormals (bf16 has them; TF32's split does not keep them), a NaN with its payload in the low bits
+        x[1, 0, 0, :6] = torch.tensor([1 + 2.0 ** -8, -(1 + 3 * 2.0 ** -8), 1 + 2.0 ** -8 + 2.0 ** -23,
+                                       torch.finfo(torch.float32).max, 3e-39, -5e-41])
+        x[0, 3, 1, 1] = torch.tensor(0x7F800001, dtype=torch.int32).view(torch.float32)
+    fn, _ = _prepare(name, w, None, padding=(1, 2))
     big, small = fn.channels_last(x.to(DEVICE), 16)
     want = torch.zeros(2, 8, 11, 16)
     want[:, 1:7, 2:9, :5] = x.permute(0, 2, 3, 1)
     flat = want.reshape(16, 11, 16)
+    if name == "triton-igemm-bf16":
+        assert big.dtype == torch.bfloat16
+        got, ref = big.cpu().view(torch.int16), flat.to(torch.bfloat16).view(torch.int16)
+        nan = torch.isnan(flat)
+        assert torch.equal(torch.isnan(big.cpu()), nan) and torch.equal(got[~nan], ref[~nan])
+        return
     want_big, want_small = conv.split_tf32(flat) if parts == 2 else (conv.round_tf32(flat), None)
     _assert_same_bits(big.cpu(), want_big)
     if parts == 2:
@@ -167,6 +181,7 @@ def test_inf_and_nan_where_torch_puts_them(name):
 
 @pytest.mark.parametrize("precision", triton_igemm.PRECISIONS)
 @pytest.mark.parametrize("layer", [(2, 128, 128, 241, 241, 16, 16), (1, 128, 128, 225, 225, 32, 32),
+                                   (8, 96, 48, 118, 118, 11, 11), (16, 32, 32, 120, 120, 9, 9),
                                    (8, 512, 512, 14, 14, 3, 3), (64, 64, 64, 54, 54, 3, 3),
                                    (4, 192, 96, 124, 124, 5, 5), (16, 128, 16, 1020, 1020, 5, 5),
                                    (1, 7, 3, 1, 1, 1, 1)])
@@ -176,7 +191,7 @@ def test_chosen_tile_fits_the_layer(precision, layer):
     assert t.bn in (64, 128, 256) and t.r * t.tw == t.bn
     assert t.tw == min(t.bn, max(8, 1 << (WO - 1).bit_length()))     # an output row per program row
     assert 16 <= t.bm <= max(16, 1 << (M - 1).bit_length())            # no more maps than the layer's power of two
-    assert t.bk == (16 if C <= 16 else 32)
+    assert t.bk == (16 if C <= 16 else 32 if C <= 32 or precision != "bf16" else 64)   # 128-byte box rows
     assert (t.warps, t.stages) in {(w, s) for _, _, w, s in triton_igemm.FORMS[precision]}
 
 
@@ -186,6 +201,11 @@ def test_big_layers_take_the_big_tiles():
     assert triton_igemm.choose_tile("tf32", 2, 128, 128, 241, 241, 16, 16, 132) == Tile(1, 256, 128, 32, 8, 3)
     # 8 images of 14 x 14 outputs, 512 maps: 128 x 128 leaves half the SMs idle
     assert triton_igemm.choose_tile("tf32x3", 8, 512, 512, 14, 14, 3, 3, 132).bm == 64
+    # BF16_NOTE: 64 channels a step; 256 maps a program for 192 maps at 128 px, not for 8 images of 16 px
+    assert triton_igemm.choose_tile("bf16", 2, 128, 128, 241, 241, 16, 16, 132) == Tile(1, 256, 128, 64, 8, 3)
+    assert triton_igemm.choose_tile("bf16", 4, 192, 96, 124, 124, 5, 5, 132) == Tile(1, 128, 256, 64, 8, 3)
+    assert triton_igemm.choose_tile("bf16", 8, 512, 512, 14, 14, 3, 3, 132).bm == 64
+    assert triton_igemm.choose_tile("bf16", 16, 32, 16, 252, 252, 5, 5, 132) == Tile(1, 256, 32, 16, 8, 3)
 
 
 @pytest.mark.skipif(INTERPRETED, reason="the interpreter's tl.dot sums in fp32: no truncating accumulator")

@@ -153,6 +153,9 @@ IMPLEMENTATIONS: tuple[ConvImpl, ...] = (
     ConvImpl("torch-tf32", "torch_conv", ("cuda",), "tf32",
              "comparison baseline, not ours: F.conv2d with cuDNN's TF32 on (the yardstick of the reduced-precision "
              "entries)"),
+    ConvImpl("torch-bf16", "torch_conv", ("cuda",), "bf16",
+             "comparison baseline, not ours: F.conv2d on bfloat16 operands (cuDNN; weights converted once, the input "
+             "each call, the bf16 output widened to float32): the yardstick of the BF16 entries"),
     ConvImpl("torch-compile", "torch_compile", ("cpu", "cuda"), "fp32",
              "comparison baseline, not ours: torch.compile (Inductor, max-autotune without CUDA graphs) of conv "
              "[+ act + pool] as one graph, TF32 off; compiles on the first call per input shape, which counts as "
@@ -225,6 +228,9 @@ IMPLEMENTATIONS: tuple[ConvImpl, ...] = (
     ConvImpl("triton-igemm-tf32", "triton_igemm", ("cuda",), "tf32",
              "the same TMA-fed implicit GEMM with one TF32 product (reduced precision)", ("triton",),
              install_hint=_TRITON),
+    ConvImpl("triton-igemm-bf16", "triton_igemm", ("cuda",), "bf16",
+             "the same TMA-fed implicit GEMM on bfloat16 operands (rounded to nearest even in the prologue and "
+             "packing), fp32 accumulation (reduced precision)", ("triton",), install_hint=_TRITON),
     ConvImpl("triton-fused-layer", "triton_fused_layer", ("cuda",), "fp32",
              "conv + bias + activation + max pool in one Triton kernel, writes only the pooled map",
              ("triton",), fuses=True, install_hint=_TRITON),

@@ -1,24 +1,27 @@
-"""triton-igemm-3xtf32 / triton-igemm-tf32: implicit GEMM fed by TMA from a channels-last copy of the input.
+"""triton-igemm-3xtf32 / -tf32 / -bf16: implicit GEMM fed by TMA from a channels-last copy of the input.
 
 Technique: the layer as one GEMM, D (positions x maps) = im2col(x) (positions x KH*KW*C) * W^T, with the
 reduction ordered (p, q, c), channels innermost. A prologue kernel writes the input once as channels-last
 (B*Hp, Wp, Cp), zero-padded in space (the layer's padding) and in channels (Cp a multiple of the k step),
-already split into its TF32 parts. A program's R output rows x TW columns then read, for tap (p, q) and
-channels c0.., the box [R, TW, BK] at (b*Hp + oh0 + p, ow0 + q, c0): every operand tile of the implicit GEMM is
-a plain box that the Tensor Memory Accelerator copies into shared memory (host-side tensor descriptors, zero
-fill past the ends), and tl.dot takes it from there, K-major as TF32 wgmma wants it (sm_90). Columns past a
-row's end read zeros, rows past an image's end the next image: those outputs are never stored. The weights
-are packed once per tile shape as (Mp, KH*KW*Cp) TF32 parts.
+already in the operand format: split into its TF32 parts, or rounded to bfloat16. A program's R output rows x
+TW columns then read, for tap (p, q) and channels c0.., the box [R, TW, BK] at (b*Hp + oh0 + p, ow0 + q, c0):
+every operand tile of the implicit GEMM is a plain box that the Tensor Memory Accelerator copies into shared
+memory (host-side tensor descriptors, zero fill past the ends), and tl.dot takes it from there, K-major as
+wgmma wants it (sm_90). Columns past a row's end read zeros, rows past an image's end the next image: those
+outputs are never stored. The weights are packed once per tile shape as (Mp, KH*KW*Cp) operands.
 "3xtf32": each operand is big + small, both TF32 values (big truncated, small the rest rounded, as
 cuda-igemm's weights), and each k step sums a_s*b_b + a_b*b_s + a_b*b_b in a fresh accumulator that is then
 added to the running sum in fp32: the tensor cores' accumulation truncates, and a long reduction summed in
 their accumulator drifts toward zero (cuda_igemm's FLUSH_NOTE); fp32-accurate, held to the exact tolerance.
 "tf32": one product, big rounded to nearest (reduced precision).
+"bf16": one product of bfloat16 operands (rounded to nearest even), fp32 accumulation (reduced precision); the
+copy and the boxes are half the bytes, and a k step takes 64 channels (a 128-byte box row, as TF32's 32).
+Input and output stay float32 (the registry's contract).
 Zero padding comes from the prologue, the bias from the epilogue; rectangular kernels, stride 1.
 Course step: the course's "unroll fused into a tiled matrix multiply" and "tensor cores" steps, with the
 unrolling done by the copy engine's addressing instead of index arithmetic.
 Bottleneck expected: tensor-core issue (three products a step in 3xTF32) on many-channel layers; the prologue's
-read and two writes of the input (memory bound) on small ones, where cuda-igemm / fft / cuDNN should win.
+read and write(s) of the input (memory bound) on small ones, where cuda-igemm / fft / cuDNN should win.
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ from convforge.conv import round_tf32, split_tf32, triton_common as common
 
 triton, tl = common.triton, common.tl
 
-PRECISIONS = ("tf32x3", "tf32")
+PRECISIONS = ("tf32x3", "tf32", "bf16")
+OPERAND_DTYPES = {"tf32x3": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16}
 
 
 class Tile(NamedTuple):
@@ -53,7 +57,11 @@ class Tile(NamedTuple):
 FORMS = {
     "tf32x3": ((128, 128, 8, 3), (128, 64, 4, 4), (64, 128, 4, 3)),
     "tf32": ((256, 128, 8, 3), (128, 128, 8, 4), (128, 64, 4, 4)),
+    "bf16": ((256, 128, 8, 3), (128, 128, 8, 3), (128, 64, 4, 4)),
 }
+BF16_WIDE_MAPS = (128, 256, 8, 3)    # BF16_NOTE: layers of > 128 maps
+BF16_FEW_MAPS = (256, 32, 8, 3)      # BF16_NOTE: layers of <= 32 maps
+BK_MAX = {"tf32x3": 32, "tf32": 32, "bf16": 64}   # channels a k step: a box row of 128 bytes at most
 # TILE_NOTE: measured on an H100 (benchmarks/2026-11-27-h100-triton-igemm-tma, call 2: 3 forms per precision on
 # gpu-mode's 4 and the wide set's 35 shapes; layers of <= 64 maps took 128 x 64). 3xTF32: 128 x 128 won wherever
 # it gives at least ~0.6 programs an SM (81 programs on 132 SMs still won; 54 and 64 lost by 1.5-1.8x), then
@@ -62,6 +70,17 @@ FORMS = {
 # fewer than half the SMs would get a program. Maps per program shrink to the layer (16-64 for few maps), and
 # 64 replaces 128 where 128 pads more (192 maps: three 64s, not two 128s). Columns per program: the power of two
 # that holds an output row (8-TW), rows R = BN / columns, so that small images fill the tile.
+# BF16_NOTE: H100 (benchmarks/2026-11-27-h100-triton-igemm-bf16, call 1: 5 forms with 64- or 32-channel k steps
+# on gpu-mode's 4 and the wide set's 35 shapes). 64 channels a step beat 32 on every layer of > 32 channels but one
+# (1.05-1.71x; 1.7x on the 256-px ones; the one: 1x1, see 3 stages below); TF32's rule then picked the best of the
+# five on 18 of 39 layers and one within 8 % of it on 29.
+# Measured changes: 128 x 128 with 3 stages, not 4 (16 images of 1024 px, 1x1, 64 channels: 6.44 against 7.81 ms,
+# a one-step reduction, where 4 stages' 128 kB of shared memory a program leave one program an SM; elsewhere
+# within 3 %, but on the 256-px layers, which take 256 x 128); 128 positions x 256 maps where maps > 128,
+# C*KH*KW >= 1024 and it still fills 0.9 of a wave (192 maps, 128 px, K 5: 0.206 against 0.280 ms; 64 images of
+# 16 px, 256 maps: 0.070 against 0.082; under 0.9 of a wave it took 1.05-1.17x the time on five of six layers,
+# 0.80x on one); 256 positions x <= 32 maps, 8 warps (four layers of 16-32 maps: 3-15 % faster than 128 x 32,
+# 4 warps; at 64 maps it lost 2-49 %).
 # SUMS_NOTE: the tensor cores' fp32 accumulation truncates (cuda_igemm's FLUSH_NOTE). Summing all of C*KH*KW in
 # the dot's accumulator (SUMS 1) measured 2.2e-5 - 9.2e-4 relative error against float64 on image 0 of six
 # layers with C*KH*KW of 3136-131072 (H200, benchmarks/2026-11-27-h100-triton-igemm-tma, call 5), over the exact
@@ -76,6 +95,10 @@ FORMS = {
 # wave): at 16, 28 and 56 programs (one image of 16-32 px, 256-512 maps) 3xTF32 ran 1.4-3.9x and TF32 2.2-5.3x
 # faster; at 81-128 programs splitting lost on 7 of 7 layers in 3xTF32 and on 4 of 7 in TF32 (gains of
 # 1.2-1.6x on the other three), so the cut stays at about half a wave.
+# INTERP_NOTE: Triton's interpreter (3.9) keeps bfloat16 as uint16 bits: its tl.dot multiplies those bits as numbers,
+# and its fp32 -> bf16 cast truncates. So the prologue rounds on the bits itself (the same result on a GPU), and
+# under the interpreter the bf16 operands are widened to fp32 before tl.dot (exact products of the same values;
+# the GPU sums them in its fp32 accumulator instead).
 SPLIT_K = True
 SPLIT_BELOW, MAX_SPLITS, MIN_SPLIT_STEPS = 0.55, 16, 8
 INTERPRETER_TILE = (1, 16, 16, 16, 4, 1)   # R, TW, BM, BK, warps, stages: small, for the interpreter's tests
@@ -85,12 +108,12 @@ def _pow2_at_least(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
-def tile_for(bn: int, bm: int, warps: int, stages: int, M: int, C: int, WO: int) -> Tile:
+def tile_for(bn: int, bm: int, warps: int, stages: int, M: int, C: int, WO: int, bk_max: int = 32) -> Tile:
     """The form (bn positions x bm maps) fitted to a layer: maps and channels a step trimmed to the layer,
     columns the power of two that holds an output row (at most bn), rows the rest of bn."""
     bm = min(bm, max(16, _pow2_at_least(M)))
     tw = min(bn, max(8, _pow2_at_least(WO)))
-    return Tile(bn // tw, tw, bm, 16 if C <= 16 else 32, warps, stages)
+    return Tile(bn // tw, tw, bm, min(bk_max, max(16, _pow2_at_least(C))), warps, stages)
 
 
 def programs(tile: Tile, B: int, M: int, HO: int, WO: int) -> int:
@@ -99,12 +122,17 @@ def programs(tile: Tile, B: int, M: int, HO: int, WO: int) -> int:
 
 def choose_tile(precision: str, B: int, M: int, C: int, HO: int, WO: int, KH: int, KW: int, sms: int) -> Tile:
     """The launch shape for a layer and batch (TILE_NOTE)."""
+    bk_max = BK_MAX[precision]
     if M <= 64:
-        return tile_for(128, 64, 4, 4, M, C, WO)
-    tiles = [tile_for(*form, M, C, WO) for form in FORMS[precision]]
+        return tile_for(*(BF16_FEW_MAPS if precision == "bf16" and M <= 32 else (128, 64, 4, 4)), M, C, WO, bk_max)
+    if precision == "bf16" and M > 128 and C * KH * KW >= 1024:
+        wide = tile_for(*BF16_WIDE_MAPS, M, C, WO, bk_max)
+        if programs(wide, B, M, HO, WO) >= 0.9 * sms:
+            return wide
+    tiles = [tile_for(*form, M, C, WO, bk_max) for form in FORMS[precision]]
     fill = [programs(t, B, M, HO, WO) for t in tiles]
     padded = [-(-M // t.bm) * t.bm for t in tiles]
-    if precision == "tf32":
+    if precision in ("tf32", "bf16"):
         if C * KH * KW >= 1024 and fill[0] >= sms and padded[0] <= padded[1]:
             return tiles[0]
         return tiles[1] if fill[1] * 2 >= sms and padded[1] <= padded[2] else tiles[2]
@@ -129,7 +157,8 @@ if triton is not None:
     def _igemm_kernel(xb_desc, xs_desc, wb_desc, ws_desc, y_ptr, bias_ptr, M, HO, WO, HP, KH, KW, CP,
                       steps_per_split, split_stride,
                       R: tl.constexpr, TW: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr,
-                      SPLIT3: tl.constexpr, HAS_BIAS: tl.constexpr, SUMS: tl.constexpr = 0):
+                      SPLIT3: tl.constexpr, HAS_BIAS: tl.constexpr, SUMS: tl.constexpr = 0,
+                      UPCAST: tl.constexpr = False):
         BN: tl.constexpr = R * TW
         pid = tl.program_id(0)
         col_tiles = tl.cdiv(WO, TW)
@@ -161,7 +190,9 @@ if triton is not None:
                     acc = tl.dot(xb, ws.T, acc, input_precision="tf32")
                     acc = tl.dot(xb, wb.T, acc, input_precision="tf32")
             else:                 # one product, reduced precision: the running sum stays in the accumulator
-                acc = tl.dot(xb, wb.T, acc, input_precision="tf32")
+                if UPCAST:        # INTERP_NOTE: exact fp32 products of the bf16 values instead
+                    xb, wb = xb.to(tl.float32), wb.to(tl.float32)
+                acc = tl.dot(xb, wb.T, acc, input_precision="tf32")   # (the precision applies to fp32 operands)
         i = tl.arange(0, BN)
         oh = oh0 + i // TW
         ow = ow0 + i % TW
@@ -175,9 +206,9 @@ if triton is not None:
 
     @triton.jit
     def _channels_last_kernel(x_ptr, big_ptr, small_ptr, C, H, W, HP, WP, CP, PAD_H, PAD_W,
-                              BC: tl.constexpr, BW: tl.constexpr, SPLIT3: tl.constexpr):
+                              BC: tl.constexpr, BW: tl.constexpr, SPLIT3: tl.constexpr, BF16: tl.constexpr):
         """One padded row (b, hp) of the channels-last copy: BW columns x BC channels, every element written
-        (zeros in the padding), as TF32 parts."""
+        (zeros in the padding), as TF32 parts or as bfloat16 bits (big_ptr then points to int16)."""
         row = tl.program_id(0)
         b = row // HP
         h = row - b * HP - PAD_H
@@ -200,6 +231,9 @@ if triton is not None:
             small = tl.where(finite, (rest_bits + 4096) & -8192, rest_bits).to(tl.float32, bitcast=True)
             small = tl.where(rest == 0.0, v * 9.313225746154785e-10, small)      # 2^-30: small keeps v's sign
             tl.store(small_ptr + dst, small, mask=store_mask)
+        elif BF16:     # to nearest even on the bits (INTERP_NOTE); a NaN stays a (quiet) NaN, never Inf
+            big = tl.where(finite, (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16,
+                           (bits >> 16) | tl.where((bits & 0x7FFFFF) != 0, 0x40, 0)).to(tl.int16)
         else:
             big = tl.where(finite, (bits + 4096) & -8192, bits).to(tl.float32, bitcast=True)
         tl.store(big_ptr + dst, big, mask=store_mask)
@@ -225,6 +259,7 @@ class IgemmTmaLayer:
         self.pad_h, self.pad_w = padding
         self.precision = precision
         self.parts = 3 if precision == "tf32x3" else 1
+        self.dtype = OPERAND_DTYPES[precision]
         self.fixed_tile = tile
         self.weight = weight.detach()
         self.bias = bias.detach().contiguous().float() if bias is not None else None
@@ -250,7 +285,10 @@ class IgemmTmaLayer:
             w[:M, :, :, :self.C] = self.weight.permute(0, 2, 3, 1)
             w = w.reshape(mp, KH * KW * cp)
             w = torch.where(w.abs() < torch.finfo(torch.float32).tiny, torch.zeros_like(w), w)  # denormals: 0
-            big, small = split_tf32(w) if self.parts == 3 else (round_tf32(w),) * 2
+            if self.dtype == torch.bfloat16:
+                big = small = w.to(torch.bfloat16)       # to nearest even
+            else:
+                big, small = split_tf32(w) if self.parts == 3 else (round_tf32(w),) * 2
             self._packed[key] = (big, small, TensorDescriptor.from_tensor(big, [tile.bm, tile.bk]),
                                  TensorDescriptor.from_tensor(small, [tile.bm, tile.bk]))
         return self._packed[key]
@@ -259,23 +297,26 @@ class IgemmTmaLayer:
         if self.fixed_tile is not None:
             return self.fixed_tile
         if common.INTERPRET:
-            return Tile(*INTERPRETER_TILE)._replace(bk=16 if self.C <= 16 else 32)
+            return Tile(*INTERPRETER_TILE)._replace(bk=min(BK_MAX[self.precision], max(16, _pow2_at_least(self.C))))
         key = (B, HO, WO)
         if key not in self._tiles:
             self._tiles[key] = choose_tile(self.precision, B, self.M, self.C, HO, WO, self.KH, self.KW, self.sms)
         return self._tiles[key]
 
     def channels_last(self, x: torch.Tensor, bk: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """x as (B*Hp, Wp, Cp) channels-last TF32 parts (big, small; small is big in one-product mode)."""
+        """x as (B*Hp, Wp, Cp) channels-last operands: TF32 parts (big, small; small is big in one-product mode)
+        or bfloat16 (both the same tensor)."""
         B, C, H, W = x.shape
         HP, WP = H + 2 * self.pad_h, W + 2 * self.pad_w
         cp = self.channels_padded(bk)
-        big = torch.empty(B * HP, WP, cp, dtype=torch.float32, device=x.device)
+        big = torch.empty(B * HP, WP, cp, dtype=self.dtype, device=x.device)
         small = torch.empty_like(big) if self.parts == 3 else big
         bc = min(32, cp)
         grid = (B * HP, triton.cdiv(WP, 64), triton.cdiv(cp, bc))
-        _channels_last_kernel[grid](x, big, small, C, H, W, HP, WP, cp, self.pad_h, self.pad_w, BC=bc, BW=64,
-                                    SPLIT3=self.parts == 3, num_warps=4)
+        bf16 = self.dtype == torch.bfloat16
+        _channels_last_kernel[grid](x, big.view(torch.int16) if bf16 else big, small, C, H, W, HP, WP, cp,
+                                    self.pad_h, self.pad_w, BC=bc, BW=64, SPLIT3=self.parts == 3, BF16=bf16,
+                                    num_warps=4)
         return big, small
 
     def __call__(self, x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -301,8 +342,8 @@ class IgemmTmaLayer:
             _igemm_kernel[(programs(t, B, 1, HO, WO), triton.cdiv(self.M, t.bm), splits)](
                 xb_desc, xs_desc, wb_desc, ws_desc, dst, self.bias, self.M, HO, WO, HP, self.KH, self.KW,
                 self.channels_padded(t.bk), per, y.numel(), R=t.r, TW=t.tw, BM=t.bm, BK=t.bk,
-                SPLIT3=self.parts == 3, HAS_BIAS=self.bias is not None, SUMS=self.sums, num_warps=t.warps,
-                num_stages=t.stages)
+                SPLIT3=self.parts == 3, HAS_BIAS=self.bias is not None, SUMS=self.sums,
+                UPCAST=common.INTERPRET and self.dtype == torch.bfloat16, num_warps=t.warps, num_stages=t.stages)
             if splits > 1:
                 torch.sum(dst, dim=0, out=y)   # a fixed order: the same sums every call
         return common.finish(y, result)
