@@ -5,9 +5,10 @@ staging weights), input already on the device, synchronised before and after, wi
 GPU; summed over the chunks a batch is cut into. One-time preparation (compiling, packing weights) is
 timed apart. Everything else (activations, pooling, fully-connected layers) runs in PyTorch float32, except on
 the CPU whole-network path (cpu-winograd, the CPU's auto, or cpu-parallel): there the convs are fused with their
-activation and max pool (cpu-parallel's kernels; with cpu-winograd, unpooled 2x2-8x8 layers between two convs or
-a conv and a dense layer take its Winograd kernel), the dense layers are convforge.cpu_dense's blocked GEMM with bias and activation fused, and every
-intermediate buffer lives in an arena allocated once per chunk size and reused across chunks and calls.
+activation and max pool (cpu-parallel's kernels; with cpu-winograd, an unpooled 2x2 to 8x8 layer that reads and
+writes the lane layout takes its Winograd kernel), the dense layers are convforge.cpu_dense's blocked GEMM with
+bias and activation fused, and every intermediate buffer lives in an arena allocated once per chunk size and
+reused across chunks and calls.
 """
 
 from __future__ import annotations
@@ -270,7 +271,6 @@ class Engine:
             if isinstance(layer, Conv):
                 conv_index += 1
                 weight, bias = self.params[f"{prefix}.weight"], self.params.get(f"{prefix}.bias")
-                # The CPU whole path fuses with cpu-parallel's kernels whichever entry it runs for.
                 fuses = self.impl.fuses or self.cpu_whole   # the CPU whole path: cpu-parallel's fused kernels
                 fusion = fusion_after(walk, i) if fuse and fuses else None
                 impl = self._layer_impl(shape_in[0], layer.out_channels, fusion)

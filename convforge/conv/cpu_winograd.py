@@ -2,10 +2,10 @@
 
 Technique: the minimal-filtering algorithm (Winograd; Lavin and Gray's "Fast Algorithms for Convolutional Neural
 Networks") in one dimension. For m outputs of a row the K taps of kernel row p become n = m + K - 1 products:
-y[h, w0 + a] = sum_xi AT[a, xi] * sum_(c, p) U[xi, m, c, p] * V[xi, c, h + p], with V[xi, c, h] = sum_k BT[xi, k]
+y[map, h, w0 + a] = sum_xi AT[a, xi] * sum_(c, p) U[xi, map, c, p] * V[xi, c, h + p], with V[xi, c, h] = sum_k BT[xi, k]
 * x[c, h, w0 + k] (input transform), U = G . w along q (weights, once, in float64) and AT the output transform
 (Toom-Cook matrices from the points 0, +-1, +-2, +-1/2, 3, -3). So the layer's C * K * K multiply-adds per
-output become C * K * n / m: for K = 7, m = 3, 9/21 of them (2.3x fewer), for K = 5, m = 3, 7/15. The middle
+output become C * K * n / m: for K = 7 (m = 3) 21 of 49 (2.3x fewer), for K = 5 (m = 5) 9 of 25. The middle
 sum is, for each xi, a convolution of 1 x K taps along h over the transformed input, run by cpu-parallel's
 register tile (tile_kernel with rows=1: 16 images a vector, TW outputs x MB maps in registers over the whole
 C * K reduction) writing straight into a scratch of products; the transforms are LLVM intrinsics over 16-lane
@@ -45,9 +45,11 @@ MAX_POINTS = len(POINTS) + 1
 
 def outputs_per_tile(kernel: int) -> int:
     """m with n = m + K - 1 = 9 points (at most 6 outputs): K = 7 takes F(3, 7), K = 5 F(5, 5). Measured on
-    2 threads at B = 2048 (benchmarks/2026-11-27-cpu-winograd-second-convs): m = 2, 3, 4 on fa18's 7x7 layer
-    took 287 / 207 / 205 ms (direct 380); m = 3, 4, 5 on fa19's 5x5 layer 170 / 155 / 138 ms (direct 226).
-    The ninth point (3) costs accuracy: 2.1e-6 (fa18) and 1.5e-6 (fa19) against 4-5e-7 with 8 points."""
+    2 threads at B = 2048, idle machine (benchmarks/2026-11-27-cpu-winograd-second-convs, ab_layers.txt), ms:
+    fa18's 7x7 layer direct 194, m = 2 / 3 / 4: 150 / 110 / 100; fa19's 5x5 layer direct 114, m = 2 / 4 / 5:
+    105 / 77 / 68. Each point past eight costs accuracy (the ninth is 3, the tenth -3): fa18 1.3e-6 (m = 3) and
+    2.3e-6 (m = 4), fa19 1.2e-6 (m = 5) against 3-6e-7 for direct sums; m = 4 on 7x7 (10 points) was left out
+    for that."""
     return max(1, min(6, MAX_POINTS - kernel))
 
 
