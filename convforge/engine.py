@@ -359,8 +359,8 @@ class Engine:
                     x = step.gpu_dense(x.reshape(x.shape[0], -1))
                 elif step.tf32:
                     x = _tf32_dense(step.layer, x, self.params, step.prefix)
-                    if step.gpu_dense is not None and step.gpu_dense.activation:   # the one it absorbed
-                        x = getattr(x, f"{step.gpu_dense.activation}_")()
+                    if step.gpu_dense is not None:   # the activation it absorbed, if any
+                        x = gpu_dense.activate_(x, step.gpu_dense.activation)
                 elif step.gpu_dense is not None:
                     x = step.gpu_dense(x)
                 elif step.conv_fn is None:

@@ -122,6 +122,11 @@ def split_reduction(depth: int, tiles: int, blocks: int, min_slice: int, step: i
     return cc.cdiv(depth, length), length
 
 
+def activate_(y: torch.Tensor, activation: Optional[str]) -> torch.Tensor:
+    """``y`` with ``activation`` (None, "tanh", "relu" or "sigmoid") applied in place: tanh_, relu_, sigmoid_."""
+    return y if activation is None else getattr(y, f"{activation}_")()
+
+
 def scratch(shape: tuple, device: torch.device) -> torch.Tensor:
     """An uninitialised fp32 buffer for the gemv kernels (the tests poison it to prove every element written)."""
     return torch.empty(shape, device=device, dtype=torch.float32)
@@ -280,7 +285,7 @@ class GpuDense:
         if (variant in self.OWN_KERNELS or variant in TC_ALL) and self.serves(variant, x.shape[0]):
             return self._split_k(variant, x)
         y = self._product(variant, x)
-        return y if self.activation is None else getattr(y, f"{self.activation}_")()   # tanh_, relu_, sigmoid_
+        return activate_(y, self.activation)
 
     def _product(self, variant: str, x: torch.Tensor) -> torch.Tensor:
         if self.half and variant in ("linear", "transposed"):   # FP16 out of cuBLAS (fp32 sums), bias in fp32

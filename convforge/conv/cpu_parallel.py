@@ -183,6 +183,47 @@ _TRANSPOSED_STORE = None
 TRANSPOSE_VERSION = 2  # part of the generated source, so a change here recompiles the cached kernels
 
 
+class VectorCodegen:
+    """What each vector intrinsic's codegen here starts from (tile_kernel, pooled_tile_kernel, cpu_winograd's
+    transform_kernel): Numba's ``(context, builder, signature, args)`` with ``lanes``-wide float vectors, and
+    the helpers they all use. One place, so the kernels cannot drift apart in how they read their arguments."""
+
+    def __init__(self, context, builder, signature, args, lanes: int):
+        from llvmlite import ir
+        from numba.core import cgutils
+        self.context, self.builder, self.signature, self.args = context, builder, signature, args
+        self.i64, self.i32 = ir.IntType(64), ir.IntType(32)
+        self.vec = ir.VectorType(ir.FloatType(), lanes)
+        self.vptr = self.vec.as_pointer()
+        self.undef = ir.Constant(self.vec, ir.Undefined)
+        self._splat_mask = ir.Constant(ir.VectorType(self.i32, lanes), [0] * lanes)
+        self.fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(self.vec, [self.vec] * 3),
+                                                  f"llvm.fma.v{lanes}f32")
+
+    def data(self, i: int):
+        """The data pointer of array argument ``i``."""
+        return self.context.make_array(self.signature.args[i])(self.context, self.builder, self.args[i]).data
+
+    def as64(self, i: int):
+        """Scalar argument ``i`` as an int64."""
+        from numba import types
+        return self.context.cast(self.builder, self.args[i], self.signature.args[i], types.int64)
+
+    def const(self, n: int):
+        from llvmlite import ir
+        return ir.Constant(self.i64, n)
+
+    def broadcast(self, value):
+        """A vector of ``value`` (a float) in every lane."""
+        from llvmlite import ir
+        one = self.builder.insert_element(self.undef, value, ir.Constant(self.i32, 0))
+        return self.builder.shuffle_vector(one, self.undef, self._splat_mask)
+
+    def splat(self, ptr):
+        """The float at ``ptr``, loaded once and broadcast to every lane."""
+        return self.broadcast(self.builder.load(ptr, align=4))
+
+
 def tile_kernel(kernel: int, block: int, width: int, vector: int = LANES, direct: bool = False,
                 rows: Optional[int] = None):
     """The Numba intrinsic ``conv_tile(x, x0, row, chan, C, w, w0, bias, b0, acc, a0)`` for K = ``kernel``,
@@ -208,7 +249,6 @@ def tile_kernel(kernel: int, block: int, width: int, vector: int = LANES, direct
     """
     key = (kernel, block, width, vector, bool(direct), rows or kernel)
     if key not in _TILES:
-        from llvmlite import ir
         from numba import types
         from numba.core import cgutils
         from numba.extending import intrinsic
@@ -218,26 +258,9 @@ def tile_kernel(kernel: int, block: int, width: int, vector: int = LANES, direct
             sig = types.void(x, x0, row, chan, C, w, w0, bias, b0, acc, a0, *strides)
 
             def codegen(context, builder, signature, args):
-                i64, i32 = ir.IntType(64), ir.IntType(32)
-                vec = ir.VectorType(ir.FloatType(), V)
-                vptr = vec.as_pointer()
-                undef = ir.Constant(vec, ir.Undefined)
-                splat_mask = ir.Constant(ir.VectorType(i32, V), [0] * V)
-                fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec] * 3),
-                                                     f"llvm.fma.v{V}f32")
-
-                def data(i):
-                    return context.make_array(signature.args[i])(context, builder, args[i]).data
-
-                def as64(i):
-                    return context.cast(builder, args[i], signature.args[i], types.int64)
-
-                def const(n):
-                    return ir.Constant(i64, n)
-
-                def splat(ptr):
-                    one = builder.insert_element(undef, builder.load(ptr, align=4), ir.Constant(i32, 0))
-                    return builder.shuffle_vector(one, undef, splat_mask)
+                cg = VectorCodegen(context, builder, signature, args, V)
+                vec, vptr, fma = cg.vec, cg.vptr, cg.fma
+                data, as64, const, splat = cg.data, cg.as64, cg.const, cg.splat
 
                 xd, wd, bd, ad = data(0), data(5), data(7), data(9)
                 x0v, rowv, chanv, cv, w0v, b0v, a0v = (as64(i) for i in (1, 2, 3, 4, 6, 8, 10))
@@ -336,26 +359,9 @@ def pooled_tile_kernel(kernel: int, block: int, width: int, vector: int, act: in
             sig = types.void(x, x0, row, chan, C, w, w0, bias, b0, out, d0, ps, ms, mv)
 
             def codegen(context, builder, signature, args):
-                i64, i32 = ir.IntType(64), ir.IntType(32)
-                vec = ir.VectorType(ir.FloatType(), V)
-                vptr = vec.as_pointer()
-                undef = ir.Constant(vec, ir.Undefined)
-                splat_mask = ir.Constant(ir.VectorType(i32, V), [0] * V)
-                fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec] * 3),
-                                                     f"llvm.fma.v{V}f32")
-
-                def data(i):
-                    return context.make_array(signature.args[i])(context, builder, args[i]).data
-
-                def as64(i):
-                    return context.cast(builder, args[i], signature.args[i], types.int64)
-
-                def const(n):
-                    return ir.Constant(i64, n)
-
-                def splat(ptr):
-                    one = builder.insert_element(undef, builder.load(ptr, align=4), ir.Constant(i32, 0))
-                    return builder.shuffle_vector(one, undef, splat_mask)
+                cg = VectorCodegen(context, builder, signature, args, V)
+                i32, vec, vptr, fma = cg.i32, cg.vec, cg.vptr, cg.fma
+                data, as64, const, splat = cg.data, cg.as64, cg.const, cg.splat
 
                 xd, wd, bd, od = data(0), data(5), data(7), data(9)
                 x0v, rowv, chanv, cv, w0v, b0v, d0v, psv, msv, mvv = (as64(i) for i in (1, 2, 3, 4, 6, 8, 10, 11, 12, 13))
@@ -706,10 +712,10 @@ def kernel_source(kernel: int, block: int, pool: int = 0, act: int = 0, width: O
                                            (mb - mb0) * nw, bias, m0, {dest("col0")})'''
     if lanes_in:    # x[g, c, r, col, lane]: the tiles read it in place
         shape_line = f"    C, H, W = x.shape[1], x.shape[2], x.shape[3]\n    B = {'x.shape[0] * ' + str(L) if lanes_out else 'y.shape[0]'}"
-        input_side = f"""        src, so = xf, g * nx                      # this group's lane-layout input"""
+        input_side = """        src, so = xf, g * nx                      # this group's lane-layout input"""
         repack_line = ""
     else:
-        shape_line = f"    B, C, H, W = x.shape"
+        shape_line = "    B, C, H, W = x.shape"
         repack_line = "    xp = buf[o:o + nxp].reshape((C, H, W * {L}))  # xp[c, r, col * 16 + lane] = x[b0 + lane, c, r, col]".replace("{L}", str(L))
         input_side = f"""        if nb == {L} and H * W >= {L}:
             for c in range(C):                    # each channel's plane, flattened, 16 floats at a time
