@@ -196,11 +196,16 @@ def test_chosen_tile_fits_the_layer(precision, layer):
 
 
 def test_big_layers_take_the_big_tiles():
-    """gpu-mode's 256-px layers (the measured winners, TILE_NOTE): 128 x 128 for 3xTF32, 256 x 128 for TF32."""
+    """gpu-mode's 256-px layers (the measured winners, TILE_NOTE): 128 x 128 for 3xTF32, 256 x 128 for TF32;
+    TF32's other forms (TF32_NOTE) and BF16's (BF16_NOTE)."""
     assert triton_igemm.choose_tile("tf32x3", 2, 128, 128, 241, 241, 16, 16, 132) == Tile(1, 128, 128, 32, 8, 3)
     assert triton_igemm.choose_tile("tf32", 2, 128, 128, 241, 241, 16, 16, 132) == Tile(1, 256, 128, 32, 8, 3)
     # 8 images of 14 x 14 outputs, 512 maps: 128 x 128 leaves half the SMs idle
     assert triton_igemm.choose_tile("tf32x3", 8, 512, 512, 14, 14, 3, 3, 132).bm == 64
+    # TF32_NOTE: 64 x 128 by default above 64 maps, 128 x 256 and 128 x 128 where they measured faster
+    assert triton_igemm.choose_tile("tf32", 8, 512, 512, 14, 14, 3, 3, 132) == Tile(4, 16, 128, 32, 4, 3)
+    assert triton_igemm.choose_tile("tf32", 4, 192, 96, 124, 124, 5, 5, 132) == Tile(1, 128, 256, 32, 8, 3)
+    assert triton_igemm.choose_tile("tf32", 8, 96, 48, 118, 118, 11, 11, 132) == Tile(1, 128, 128, 32, 8, 4)
     # BF16_NOTE: 64 channels a step; 256 maps a program for 192 maps at 128 px, not for 8 images of 16 px
     assert triton_igemm.choose_tile("bf16", 2, 128, 128, 241, 241, 16, 16, 132) == Tile(1, 256, 128, 64, 8, 3)
     assert triton_igemm.choose_tile("bf16", 4, 192, 96, 124, 124, 5, 5, 132) == Tile(1, 128, 256, 64, 8, 3)

@@ -56,10 +56,10 @@ class Tile(NamedTuple):
 # (positions, maps, warps, stages) per program, in order of preference (TILE_NOTE).
 FORMS = {
     "tf32x3": ((128, 128, 8, 3), (128, 64, 4, 4), (64, 128, 4, 3)),
-    "tf32": ((256, 128, 8, 3), (128, 128, 8, 4), (128, 64, 4, 4)),
+    "tf32": ((256, 128, 8, 3), (128, 128, 8, 4), (128, 64, 4, 4), (64, 128, 4, 3), (128, 256, 8, 3)),
     "bf16": ((256, 128, 8, 3), (128, 128, 8, 3), (128, 64, 4, 4)),
 }
-BF16_WIDE_MAPS = (128, 256, 8, 3)    # BF16_NOTE: layers of > 128 maps
+BF16_WIDE_MAPS = (128, 256, 8, 3)    # BF16_NOTE: layers of > 128 maps (TF32 too, TF32_NOTE)
 BF16_FEW_MAPS = (256, 32, 8, 3)      # BF16_NOTE: layers of <= 32 maps
 BK_MAX = {"tf32x3": 32, "tf32": 32, "bf16": 64}   # channels a k step: a box row of 128 bytes at most
 # TILE_NOTE: measured on an H100 (benchmarks/2026-11-27-h100-triton-igemm-tma, call 2: 3 forms per precision on
@@ -81,6 +81,14 @@ BK_MAX = {"tf32x3": 32, "tf32": 32, "bf16": 64}   # channels a k step: a box row
 # 16 px, 256 maps: 0.070 against 0.082; under 0.9 of a wave it took 1.05-1.17x the time on five of six layers,
 # 0.80x on one); 256 positions x <= 32 maps, 8 warps (four layers of 16-32 maps: 3-15 % faster than 128 x 32,
 # 4 warps; at 64 maps it lost 2-49 %).
+# TF32_NOTE: H100 (benchmarks/2026-11-27-h100-triton-igemm-tf32-forms: 8 forms on gpu-mode's 4 and the wide set's
+# 35 layers against cuDNN TF32). Above 64 maps the rule above picked the best form on 6 of 26 layers (wide median
+# 0.87x cuDNN TF32); 64 positions x 128 maps (4 warps, 3 stages) was the best on 17 and within 7 % on 5 more. Now,
+# above 64 maps: 256 x 128 for the long reductions (C*KH*KW >= 16384) with a full wave (gpu-mode's 256-px layers,
+# 1.5-1.9x faster than 64 x 128 there); 128 x 256 as BF16 takes it (> 128 maps, C*KH*KW >= 1024, 0.9 of a wave:
+# 1.19-1.38x on two layers); 128 x 128, 8 warps, 4 stages for C*KH*KW >= 4096 with 4 waves of programs (96 maps,
+# K 11: 1.27x); 64 x 128 elsewhere. Replayed on that probe's times: wide median 0.99x, 13 of 35 >= 1.1x (the best
+# form per layer: 1.01x); at most 1.06x the best form's time above 64 maps.
 # SUMS_NOTE: the tensor cores' fp32 accumulation truncates (cuda_igemm's FLUSH_NOTE). Summing all of C*KH*KW in
 # the dot's accumulator (SUMS 1) measured 2.2e-5 - 9.2e-4 relative error against float64 on image 0 of six
 # layers with C*KH*KW of 3136-131072 (H200, benchmarks/2026-11-27-h100-triton-igemm-tma, call 5), over the exact
@@ -129,10 +137,12 @@ def choose_tile(precision: str, B: int, M: int, C: int, HO: int, WO: int, KH: in
         wide = tile_for(*BF16_WIDE_MAPS, M, C, WO, bk_max)
         if programs(wide, B, M, HO, WO) >= 0.9 * sms:
             return wide
+    if precision == "tf32":
+        return _tf32_tile(B, M, C, HO, WO, C * KH * KW, sms)
     tiles = [tile_for(*form, M, C, WO, bk_max) for form in FORMS[precision]]
     fill = [programs(t, B, M, HO, WO) for t in tiles]
     padded = [-(-M // t.bm) * t.bm for t in tiles]
-    if precision in ("tf32", "bf16"):
+    if precision == "bf16":
         if C * KH * KW >= 1024 and fill[0] >= sms and padded[0] <= padded[1]:
             return tiles[0]
         return tiles[1] if fill[1] * 2 >= sms and padded[1] <= padded[2] else tiles[2]
@@ -140,6 +150,19 @@ def choose_tile(precision: str, B: int, M: int, C: int, HO: int, WO: int, KH: in
         if count >= 0.55 * sms and pad <= min(padded):
             return tile
     return max(reversed(tiles[1:]), key=lambda t: programs(t, B, M, HO, WO))
+
+
+def _tf32_tile(B: int, M: int, C: int, HO: int, WO: int, depth: int, sms: int) -> Tile:
+    """TF32's tile for a layer of more than 64 maps, ``depth`` = C*KH*KW (TF32_NOTE)."""
+    long_sum, wide, square, small = (tile_for(*form, M, C, WO, BK_MAX["tf32"]) for form in
+                                      ((256, 128, 8, 3), BF16_WIDE_MAPS, (128, 128, 8, 4), (64, 128, 4, 3)))
+    if depth >= 16384 and programs(long_sum, B, M, HO, WO) >= sms:
+        return long_sum
+    if M > 128 and depth >= 1024 and programs(wide, B, M, HO, WO) >= 0.9 * sms:
+        return wide
+    if depth >= 4096 and programs(square, B, M, HO, WO) >= 4 * sms:
+        return square
+    return small
 
 
 if triton is not None:
