@@ -9,7 +9,7 @@
 # is left off (NCCL_NVLS_ENABLE=0, see the device tool's KINDS.md). Writes $OUT/multigpu/{scaling.txt,runs.log,MODEL_GG.json}.
 set -uo pipefail
 export PYTHONPATH=$PWD CONVFORGE_DATA=${CONVFORGE_DATA:-$PWD/.data} PYTHONUNBUFFERED=1 CONVFORGE_CACHE=/tmp/cfcache
-export NCCL_NVLS_ENABLE=0
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-/tmp/out}/multigpu; mkdir -p "$OUT"
 DEVICE=${DEVICE:-cuda}; REPEAT=${REPEAT:-1000}; MODELS=${MODELS:-fa17-high fa20}
 if [ "$DEVICE" = cuda ]; then
