@@ -52,10 +52,10 @@ def test_the_package_holds_one_valid_file_per_tuned_implementation():
     (_doc(_entry(config=None)), "config must be an object"),
     (_doc(_entry(shape={})), "shape must be a non-empty object"),
     (_doc(_entry(), _entry(shape={"M": 4, "C": 1})), "entry 1 (shape {'M': 4, 'C': 1}): shape fields"),
-    (_doc(_entry(), _entry()), "entry 1 (shape {'M': 4, 'C': 1, 'K': 5}): the same shape, Triton range and batch as "
-                               "entry 0"),
+    (_doc(_entry(), _entry()), "entry 1 (shape {'M': 4, 'C': 1, 'K': 5}): the same shape, Triton range, batch and GPU "
+                               "as entry 0"),
     (_doc(_entry(), _entry(batch=10), _entry(batch=10000)), "entry 2 (shape {'M': 4, 'C': 1, 'K': 5}): the same "
-                                                             "shape, Triton range and batch as entry 0"),
+                                                             "shape, Triton range, batch and GPU as entry 0"),
     (_doc(_entry(triton_min="3.9", triton_max="3.9")), "triton_min 3.9 must be below triton_max 3.9"),
     (_doc(_entry(triton_min="3.9.1")), "a Triton version is 'MAJOR.MINOR'"),
     (_doc(_entry(date="21.11.2026")), "date must be YYYY-MM-DD"),
@@ -156,6 +156,31 @@ def test_an_exact_batch_match_takes_only_the_entry_of_that_batch():
     assert tuning.select([_entry(config={})], batch_match="exact") is not None     # no batch: 10000 both
     with pytest.raises(ValueError, match="batch_match must be one of nearest, exact"):
         tuning.select([at_1], batch=1, batch_match="near")
+
+
+def test_the_running_gpus_entries_come_first_and_the_others_stand_in():
+    """An H100's entry for a shape sits beside the H200's (validate, merged); lookup takes the running GPU's,
+    and another GPU's where this one measured none (better than the module's model); gpu="" takes any."""
+    h200, h100 = _entry(config={"which": "h200"}), _entry(config={"which": "h100"}, gpu="NVIDIA H100 80GB HBM3")
+    h200_at_10 = _entry(config={"which": "h200, 10"}, batch=10)
+    entries = tuning.validate(_doc(h200, h100, h200_at_10), "x.json", "x")    # one shape, two GPUs: valid
+    assert tuning.select(entries, gpu="NVIDIA H200") is h200
+    assert tuning.select(entries, gpu="NVIDIA H100 80GB HBM3") is h100
+    assert tuning.select(entries, gpu="NVIDIA H100 80GB HBM3", batch=10) is h100     # its own GPU before the batch
+    assert tuning.select(entries, gpu="NVIDIA B200", batch=10) is h200_at_10       # none of its own: any GPU's
+    assert tuning.select([h200, h200_at_10], gpu="")["config"]["which"] == "h200"
+    merged = tuning.merged([h200], [h100, _entry(config={"which": "h200 again"})])
+    assert sorted(e["config"]["which"] for e in merged) == ["h100", "h200 again"]
+    files = {"x": json.dumps(_doc(h200, h100))}
+    import unittest.mock
+    with unittest.mock.patch.object(tuning, "_read", lambda impl: files.get(impl)), \
+            unittest.mock.patch.object(tuning, "running_gpu", lambda: "NVIDIA H100 80GB HBM3"):
+        tuning.clear_cache()
+        try:
+            assert tuning.lookup("x", M=4, C=1, K=5) == {"which": "h100"}            # gpu=None: the running GPU
+            assert tuning.lookup("x", M=4, C=1, K=5, gpu="NVIDIA H200") == {"which": "h200"}
+        finally:
+            tuning.clear_cache()
 
 
 def test_cuda_igemm_entries_are_keyed_by_layer_and_looked_up_at_their_own_batch():
@@ -311,8 +336,10 @@ def test_sweep_write_tuning_merges_each_layers_winner(tmp_path):
     from convforge.harness import sweep
     fa17 = sweep.preset_layers(["fa17 L1"])[0]
     sp18, sp19 = sweep.preset_layers(["sp18 L2"])[0], sweep.preset_layers(["sp19 L2"])[0]
-    # an old file with another layer's entry and one for fa17 L1 pooled that this run replaces
-    old = [e for e in tuning.entries("cuda-direct") if e["shape"]["M"] in (50, 4)]
+    # an old file with another layer's entry and one for fa17 L1 pooled that this run replaces: measured on the
+    # same machine (this run's "gpu" is the device, cpu); another GPU's entry would stay beside it
+    old = [dict(e, gpu="cpu") if e["shape"]["M"] == 50 else e
+           for e in tuning.entries("cuda-direct") if e["shape"]["M"] in (50, 4)]
     tuning.write("cuda-direct", old, tmp_path / "cuda-direct.json")
     tuned = {}
     direct = _Impl("cuda-direct")

@@ -26,6 +26,12 @@ not pass a batch see the B = 10000 entries as before. cuda-auto passes each call
 do not carry over between batch sizes passes ``batch_match="exact"`` as well: then only an entry measured at that
 very batch counts (cuda-igemm: a split-K chosen for one image would starve the GPU at 64).
 
+``gpu`` names the GPU that measured the entry (torch.cuda.get_device_name()). One shape may hold entries of
+several GPUs: ``lookup`` first keeps the entries measured on the running GPU (``gpu=None``, the default, asks
+torch which GPU that is; ``gpu=""`` looks at every entry), and takes the others only when this GPU measured
+none: a launch shape measured on another GPU is still better evidence than the module's model. So an H100's
+sweep adds its winners beside the H200's instead of replacing them, and each GPU runs its own.
+
 Only measurements live here: the modelled defaults for other shapes stay in the implementation modules. Files
 are package data, read through importlib.resources, validated on first use (a ``TuningError`` names the file
 and the entry) and cached; ``write`` replaces a file atomically (``convforge sweep --write-tuning`` and
@@ -148,9 +154,9 @@ def validate(doc: Any, where: str, impl: Optional[str] = None) -> list[dict]:
             bad(str(exc))
         if low is not None and high is not None and not low < high:
             bad(f"triton_min {entry['triton_min']} must be below triton_max {entry['triton_max']}")
-        key = (_shape_key(shape), low, high, entry_batch(entry))
+        key = (_shape_key(shape), low, high, entry_batch(entry), entry["gpu"])
         if key in seen:
-            bad(f"the same shape, Triton range and batch as entry {seen[key]}")
+            bad(f"the same shape, Triton range, batch and GPU as entry {seen[key]}")
         seen[key] = i
     return doc["entries"]
 
@@ -208,16 +214,29 @@ def nearest_batch(batches: Iterable[int], batch: Optional[int] = None) -> int:
 BATCH_MATCHES = ("nearest", "exact")
 
 
+@lru_cache(maxsize=None)
+def running_gpu() -> str:
+    """The name of the GPU this process computes on ('' where torch sees none): the ``gpu`` of its entries."""
+    try:
+        import torch
+        return torch.cuda.get_device_name() if torch.cuda.is_available() else ""
+    except Exception:   # no torch, or a driver that cannot answer: every entry is as good as another
+        return ""
+
+
 def select(candidates: Iterable[dict], triton: Optional[tuple] = None, batch: Optional[int] = None,
-           batch_match: str = "nearest") -> Optional[dict]:
-    """Of one shape's entries, the one for this Triton and batch: of those whose range holds the version, the
-    ones whose batch is nearest to ``batch`` (``nearest_batch``; with ``batch_match="exact"`` only those measured
-    at ``batch`` itself), of these the highest triton_min."""
+           batch_match: str = "nearest", gpu: str = "") -> Optional[dict]:
+    """Of one shape's entries, the one for this Triton, batch and GPU: of those whose range holds the version,
+    the ones measured on ``gpu`` where there are any (``gpu=""``: all of them), of these the ones whose batch is
+    nearest to ``batch`` (``nearest_batch``; with ``batch_match="exact"`` only those measured at ``batch``
+    itself), of these the highest triton_min."""
     if batch_match not in BATCH_MATCHES:
         raise ValueError(f"batch_match must be one of {', '.join(BATCH_MATCHES)}, got {batch_match!r}")
     found = [e for e in candidates if _holds(e, triton)]
     if not found:
         return None
+    if gpu:
+        found = [e for e in found if e["gpu"] == gpu] or found
     chosen = nearest_batch((entry_batch(e) for e in found), batch)
     if batch_match == "exact" and chosen != (DEFAULT_BATCH if batch is None else batch):
         return None
@@ -226,24 +245,27 @@ def select(candidates: Iterable[dict], triton: Optional[tuple] = None, batch: Op
 
 
 def lookup_entry(impl: str, *, triton: Optional[tuple] = None, batch: Optional[int] = None,
-                 batch_match: str = "nearest", **shape) -> Optional[dict]:
-    """The whole measured entry of ``impl`` for one layer shape and batch (a copy), or None."""
+                 batch_match: str = "nearest", gpu: Optional[str] = None, **shape) -> Optional[dict]:
+    """The whole measured entry of ``impl`` for one layer shape and batch (a copy), or None; ``gpu``: see the
+    module docstring (None: the running GPU's entries first)."""
     fields, table = _index(impl)
     if fields is None:
         return None
     if set(shape) != fields:
         raise ValueError(f"{file_name(impl)} is keyed by {', '.join(sorted(fields))}; got {', '.join(sorted(shape))}")
-    entry = select(table.get(_shape_key(shape), ()), triton, batch, batch_match)
+    entry = select(table.get(_shape_key(shape), ()), triton, batch, batch_match,
+                   running_gpu() if gpu is None else gpu)
     return None if entry is None else copy.deepcopy(entry)
 
 
 def lookup(impl: str, *, triton: Optional[tuple] = None, batch: Optional[int] = None, batch_match: str = "nearest",
-           **shape) -> Optional[dict]:
+           gpu: Optional[str] = None, **shape) -> Optional[dict]:
     """The measured config of ``impl`` for one layer shape (a copy), or None (the module then models one).
     ``triton``: the running Triton's (major, minor), for files with version-keyed entries; ``batch``: the
     call's images, for files with entries at several batches (None: the B = 10000 entries); ``batch_match``:
-    "nearest" (log scale) or "exact" (only an entry measured at ``batch``)."""
-    entry = lookup_entry(impl, triton=triton, batch=batch, batch_match=batch_match, **shape)
+    "nearest" (log scale) or "exact" (only an entry measured at ``batch``); ``gpu``: whose entries come first
+    (None: the running GPU's)."""
+    entry = lookup_entry(impl, triton=triton, batch=batch, batch_match=batch_match, gpu=gpu, **shape)
     return None if entry is None else entry["config"]
 
 
@@ -264,19 +286,21 @@ def read_file(path: Union[str, Path], impl: Optional[str] = None) -> list[dict]:
 
 
 def merged(old: Iterable[dict], new: Iterable[dict]) -> list[dict]:
-    """``old`` with each ``new`` entry replacing the one of the same shape, Triton range and batch (else added)."""
+    """``old`` with each ``new`` entry replacing the one of the same shape, Triton range, batch and GPU (else
+    added: another GPU's entry for the shape stays)."""
     def key(e):
-        return _shape_key(e["shape"]), e.get("triton_min"), e.get("triton_max"), entry_batch(e)
+        return _shape_key(e["shape"]), e.get("triton_min"), e.get("triton_max"), entry_batch(e), e["gpu"]
     out = {key(e): e for e in old}
     out.update((key(e), e) for e in new)
     return list(out.values())
 
 
 def dumps(impl: str, entries_: list[dict]) -> str:
-    """The file text: validated, entries sorted by shape, then batch, then Triton range, one key order for all."""
+    """The file text: validated, entries sorted by shape, then batch, Triton range and GPU, one key order for all."""
     order = REQUIRED + OPTIONAL
     rows = [{k: e[k] for k in order if k in e} for e in entries_]
-    rows.sort(key=lambda e: (_shape_key(e["shape"]), entry_batch(e), version_tuple(e.get("triton_min", "0.0"))))
+    rows.sort(key=lambda e: (_shape_key(e["shape"]), entry_batch(e), version_tuple(e.get("triton_min", "0.0")),
+                             e["gpu"] or ""))
     doc = {"impl": impl, "schema": SCHEMA, "entries": rows}
     validate(doc, file_name(impl), impl)
     return json.dumps(doc, indent=1) + "\n"
