@@ -162,7 +162,13 @@ def run_shape(s: dict, seed: int) -> dict:
         repeat = max(5, min(25, int(400 / max(one, 1e-3))))
         gpu = median_ms({"auto": ours, "cudnn": theirs}, repeat, LEAD_CYCLES)
         wall = median_ms({"auto": ours, "cudnn": theirs}, max(3, repeat // 2), 0)
+    # auto's own one-time work: the first call less torch's warm-up inside it (one_time_ms "torch": cuDNN's
+    # algorithm search, what the caller's own first F.conv2d of the shape costs anyway)
+    torch_warm_ms = (record.get("one_time_ms") or {}).get("torch")
+    own_s = None if torch_warm_ms is None else (first_ms - torch_warm_ms) / 1e3
     return dict(s, pad=pad, choice=choice, candidates_ms=record.get("times_ms"), notes=record.get("notes"),
+                one_time_ms=record.get("one_time_ms"), measured_s=record.get("measured_s"),
+                auto_own_s=None if own_s is None else round(own_s, 3),
                 first_call_ms=round(first_ms, 2), rel_err=rel, auto_ms=gpu["auto"], cudnn_ms=gpu["cudnn"],
                 ratio=gpu["auto"] / gpu["cudnn"], auto_call_ms=wall["auto"], cudnn_call_ms=wall["cudnn"], repeat=repeat)
 
@@ -290,6 +296,12 @@ def main(argv=None) -> int:
         print(f"shapes: {len(timed)} timed, {sum('error' in r for r in rows)} failed, "
               f"{sum('skipped' in r for r in rows)} skipped; auto > 1.05x cuDNN on {len(over)}; "
               f"a convforge kernel chosen on {len(wins)}; max rel err {max(r['rel_err'] for r in timed):.2e}")
+        firsts = [r["first_call_ms"] / 1e3 for r in timed]
+        owns = [r["auto_own_s"] for r in timed if r.get("auto_own_s") is not None]
+        print(f"first call s: median {statistics.median(firsts):.2f}, max {max(firsts):.2f}, over 2 s on "
+              f"{sum(f > 2 for f in firsts)}" + (f"; auto's own one-time work s (the first call less "
+              f"torch's warm-up in it): median {statistics.median(owns):.2f}, max {max(owns):.2f}, over 2 s on "
+              f"{sum(o > 2 for o in owns)} of {len(owns)}" if owns else ""))
         print(f"{'source':18} {'op':5} {'B':>5} {'C':>4} {'M':>4} {'H':>5} {'K':>5}  {'choice':20} {'auto ms':>9} "
               f"{'cudnn ms':>9} {'ratio':>6}")
         for r in worst + [r for r in sorted(wins, key=lambda r: r["ratio"]) if r not in worst][:8]:
