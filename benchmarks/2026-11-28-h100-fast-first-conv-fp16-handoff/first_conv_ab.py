@@ -1,9 +1,9 @@
 """The fast path's FP16 hand-off from the fused first conv to the tensor-core second conv (engine.HALF_CONV_HANDOFF)
 on and off, with the exact path, three engines per preset in one process (the previous A/B's script,
 benchmarks/2026-11-27-h100-fast-fp16-handoff/handoff_ab.py, with the new switch): the whole forward from a CUDA
-graph at 100 and 10000 images, interleaved rounds (order reversed every round), each round the median of `repeat` calls (host launch work
-included, as `bench --whole`), rotating inputs > L2; logits against float64; then the 10000 test images through
-Engine.run for each engine (accuracy, predictions agreement). Usage: PYTHONPATH=. python3 first_conv_ab.py
+graph at 100 and 10000 images, interleaved rounds (order reversed every round), each round the median of `repeat`
+calls (host launch work included, as `bench --whole`), rotating inputs > L2; logits against float64; then the 10000
+test images through Engine.run for each engine (accuracy, predictions agreement). Usage: PYTHONPATH=. python3 first_conv_ab.py
 OUT.json [rounds] [presets...]"""
 import json
 import statistics
