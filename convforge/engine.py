@@ -47,6 +47,11 @@ FAST_FUSED_MAX_MAPS = 16
 HALF_HANDOFF = True
 HALF_BOUND = 2.0 ** 14
 BOUNDED_ACTIVATIONS = ("tanh", "sigmoid")
+# The fast path also hands a fused conv's output to the next conv in FP16 when its activation is bounded (tanh or
+# sigmoid: |value| <= 1, FP16 rounding within 2^-11 relative, which the FP16 tensor-core conv applies to its
+# input anyway) and that conv runs on FAST_CONV unfused: the first conv writes half the bytes and the second reads
+# half (sp18 and sp19, benchmarks/2026-11-28-h100-fast-first-conv-fp16-handoff). Read when an engine is built.
+HALF_CONV_HANDOFF = True
 
 # Bound on the largest activation of one chunk, so memory stays flat for any number of images. On a GPU it
 # is also at most FREE_MEMORY_SHARE of the memory free when the engine is built: a chunk holds its input,
@@ -262,6 +267,7 @@ class Engine:
         walk = list(arch.walk())
         lanes = False   # the previous step wrote the lane layout
         half_convs = set()   # walk indices of the convs that write FP16 for their dense layer (HALF_HANDOFF)
+        half_inputs = set()  # walk indices of the convs that read an FP16 input from the conv before (HALF_CONV_HANDOFF)
         conv_index = 0
         t0 = time.perf_counter()
         i = 0
@@ -296,12 +302,17 @@ class Engine:
                         step.conv_fn = cpu_parallel.prepare_lanes(weight, bias, step.lanes_in, step.lanes_out,
                                                                   raw_input=step.raw_input)
                 elif fusion:
-                    step.conv_fn = impl.prepare_fused(weight, bias, *fusion[:2], input_hw=shape_in[1:])
-                elif precision == "fast" and HALF_HANDOFF and _half_handoff(walk, i, self.params):
-                    half_convs.add(i)
-                    step.conv_fn = impl.prepare(weight, bias, input_hw=shape_in[1:], out_dtype=torch.float16)
+                    reader = self._half_conv_reader(walk, i, fusion, fuse)
+                    if reader >= 0:   # the delegate may still write float32; the reader takes either
+                        half_inputs.add(reader)
+                    step.conv_fn = impl.prepare_fused(weight, bias, *fusion[:2], input_hw=shape_in[1:],
+                                                      **({"out_dtype": torch.float16} if reader >= 0 else {}))
                 else:
-                    step.conv_fn = impl.prepare(weight, bias, input_hw=shape_in[1:])
+                    dtypes = {"in_dtype": torch.float16} if i in half_inputs else {}
+                    if precision == "fast" and HALF_HANDOFF and _half_handoff(walk, i, self.params):
+                        half_convs.add(i)
+                        dtypes["out_dtype"] = torch.float16
+                    step.conv_fn = impl.prepare(weight, bias, input_hw=shape_in[1:], **dtypes)
                 if fusion:
                     activation, pool, _ = fusion
                     step.result.fused = (f"{activation}+" if activation else "") + f"maxpool{pool}"
@@ -434,6 +445,21 @@ class Engine:
             if cpu_winograd.serves(weight, bias):
                 return self.impl
         return conv.get("cpu-parallel")
+
+    def _half_conv_reader(self, walk: list, i: int, fusion, fuse: bool) -> int:
+        """The walk index of the conv that reads conv i's output in FP16 (HALF_CONV_HANDOFF), else -1: on the fast
+        path, conv i's fused activation is bounded (BOUNDED_ACTIVATIONS) and the next layer after its fused ones is
+        a conv that runs unfused on FAST_CONV (which takes an FP16 input)."""
+        if self.precision != "fast" or not HALF_CONV_HANDOFF or fusion[0] not in BOUNDED_ACTIVATIONS:
+            return -1
+        j = i + 1 + fusion[2]
+        if j >= len(walk) or not isinstance(walk[j][0], Conv):
+            return -1
+        following = fusion_after(walk, j) if fuse and self.impl.fuses else None
+        impl = self._layer_impl(walk[j][2][0], walk[j][0].out_channels, following)
+        if impl.name != FAST_CONV or (following and impl.fuses):
+            return -1
+        return j
 
     def _layer_impl(self, channels: int, maps: int, fusion) -> conv.ConvImpl:
         """The implementation for a conv layer of ``channels`` input channels. Exact: the engine's one

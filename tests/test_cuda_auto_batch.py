@@ -34,7 +34,7 @@ def table(monkeypatch):
     tuning.clear_cache()
     prepared = []
 
-    def delegate(impl, config, weight, bias, hw, activation=None, pool=1):
+    def delegate(impl, config, weight, bias, hw, activation=None, pool=1, out_dtype=None):
         prepared.append((impl, json.dumps(config, sort_keys=True), hw))
         return lambda x, out=None: (impl, config)
 

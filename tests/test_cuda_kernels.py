@@ -756,3 +756,141 @@ def test_emulated_tc_fp16_half_output(emulation, case):
 @pytest.mark.parametrize("case", HALF_OUTPUT_CASES, ids=str)
 def test_gpu_tc_fp16_half_output(case):
     _check_half_output(*case, "cuda", zlib.crc32(repr(case).encode()))
+
+
+# -- the fast path's FP16 hand-off from the first conv to the second (engine.HALF_CONV_HANDOFF) ---------------
+# cuda-direct writes FP16 (out_dtype, CF_OUT_HALF) and the gather kernel reads it (in_dtype, CF_IN_HALF).
+
+# (B, M, C, H, W, K), fusion or None, launch config: 2-wide stores (sp19 L1's tuned shape at 20 x 20), 4-wide, a
+# partial last strip (scalar stores), row tiles in sequence, several map groups, plain (unpooled)
+DIRECT_HALF_CASES = (((2, 6, 1, 20, 20, 5), ("tanh", 2), {"mg": 6, "r": 4, "nt": 128}),
+                     ((2, 6, 1, 28, 28, 5), ("tanh", 2), {"mg": 3, "r": 8}),
+                     ((1, 4, 1, 16, 16, 3), ("sigmoid", 2), {"mg": 2, "r": 4, "cs": 1}),
+                     ((2, 6, 1, 14, 13, 3), ("tanh", 2), {"mg": 3, "r": 2, "chunk": 2}),
+                     ((2, 5, 1, 12, 12, 5), None, {"mg": 5, "r": 4}))
+
+
+def _check_direct_half_output(shape, fusion, config, device, seed):
+    """cuda-direct asked for FP16: float16 within the reduced tolerance of float64 into a NaN-poisoned float16 out
+    and its own buffer, also on 4-byte aligned pointers (scalar stores); fused, NaN/Inf where torch's fp32
+    conv + activation + pool has them."""
+    from convforge.conv import cuda_direct
+    x, w, b = _data(shape, seed=seed, bias=True, unit=True)
+    def prepare(**kw):
+        if fusion:
+            return cuda_direct.prepare_fused(w.to(device), b.to(device), *fusion, config=config, **kw)
+        return cuda_direct.prepare(w.to(device), b.to(device), config=config, **kw)
+
+    fn = prepare(out_dtype=torch.float16)
+    ref = _reference(x, w, b, *(fusion or (None, None)))
+    out = torch.full(ref.shape, float("nan"), dtype=torch.float16, device=device)
+    got = fn(x.to(device), out=out)
+    assert got is out and got.dtype == torch.float16
+    assert relative_error(got.float(), ref) <= 1e-2, relative_error(got.float(), ref)
+    exact = prepare()(x.to(device))   # the fp32 kernel, rounded to FP16 the same way (nearest even)
+    assert exact.dtype == torch.float32 and torch.equal(exact.half(), got), f"direct half {shape} {config}"
+    flat = torch.empty(x.numel() + 1, device=device)
+    shifted = flat[1:].view_as(x).copy_(x.to(device))
+    assert shifted.data_ptr() % 16 != 0
+    assert torch.equal(fn(shifted), got)
+    with pytest.raises(ValueError, match="float16"):
+        fn(x.to(device), out=torch.empty(ref.shape, device=device))
+    if fusion:
+        for i, c, h, col, value in _nonfinite_spots(shape, seed):
+            x[i, c, h, col] = value
+        act = {"tanh": torch.tanh, "sigmoid": torch.sigmoid}[fusion[0]]
+        want = F.max_pool2d(act(F.conv2d(x, w, b)), fusion[1]).numpy().astype(np.float64)
+        assert not np.isfinite(want).all()
+        got = fn(x.to(device)).float().cpu().numpy().astype(np.float64)
+        assert_nonfinite_as_torch(got, want, want, np.full(want.shape, 2e-3), f"direct half {shape} non-finite")
+
+
+@needs_cxx
+@pytest.mark.parametrize("case", DIRECT_HALF_CASES, ids=str)
+def test_emulated_direct_half_output(emulation, case):
+    _check_direct_half_output(*case, "cpu", zlib.crc32(repr(case).encode()))
+
+
+@needs_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", DIRECT_HALF_CASES + (((1500, 6, 1, 48, 48, 5), ("tanh", 2), None),
+                                                      ((1500, 6, 1, 64, 64, 5), ("tanh", 2), None)), ids=str)
+def test_gpu_direct_half_output(case):
+    _check_direct_half_output(*case, "cuda", zlib.crc32(repr(case).encode()))
+
+
+# (B, M, C, H, W, K), config: sp19 L2's tuned launch (FP16 pairs), odd and even K with pairs, a 1 x 2 image, the
+# fp32-image gather (IMG % 4 == 0: 8-byte loads, else scalar ones), the rows kernel (widens FP16 first)
+TC_HALF_INPUT_CASES = (((3, 16, 6, 22, 22, 5), {"kernel": "gather", "xh": 1, "rm": 2, "nt": 128, "cs": 1}),
+                       ((2, 5, 3, 12, 10, 5), {"kernel": "gather", "xh": 1, "rm": 1, "nt": 64}),
+                       ((2, 9, 3, 9, 10, 4), {"kernel": "gather", "xh": 1, "rm": 4}),
+                       ((1, 1, 1, 1, 2, 1), {"kernel": "gather", "xh": 1}),
+                       ((2, 5, 3, 12, 11, 5), {"kernel": "gather", "rm": 1}),
+                       ((2, 7, 4, 9, 9, 3), {"kernel": "gather"}),
+                       ((2, 5, 3, 9, 11, 3), {"kernel": "gather", "nt": 64}),
+                       ((2, 6, 1, 12, 12, 5), {"kernel": "rows"}))
+
+
+def _check_tc_half_input(shape, config, device, seed):
+    """cuda-tc-fp16 given an FP16 x (in_dtype): within the reduced tolerance of float64 over the FP16 values, into
+    NaN-poisoned float32 and float16 outs; the same layer still takes a float32 x; NaN/Inf in the FP16 x land
+    where torch's fp32 conv of the widened x puts them (the exact pass reads FP16)."""
+    from convforge.conv import cuda_tc
+    B, M, C, H, W, K = shape
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.rand(B, C, H, W, generator=g) * 2 - 1).half()      # a tanh'd, pooled map: |x| <= 1
+    w = torch.randn(M, C, K, K, generator=g) / (C * K * K) ** 0.5
+    b = torch.randn(M, generator=g) * 0.1
+    ref = _reference(x.float(), w, b)
+    for out_dtype in (torch.float32, torch.float16):
+        fn = cuda_tc.prepare(w.to(device), b.to(device), precision="fp16", config=config, out_dtype=out_dtype,
+                             in_dtype=torch.float16)
+        layer = fn.layer_for(H, W)
+        assert getattr(layer.geom, "in_half", False) == (config["kernel"] == "gather")
+        out = torch.full(ref.shape, float("nan"), dtype=layer.out_dtype, device=device)
+        got = fn(x.to(device), out=out)
+        assert got is out
+        assert relative_error(got.float(), ref) <= 1e-2, f"tc half input {shape} {config}"
+        assert relative_error(fn(x.to(device)).float(), ref) <= 1e-2
+        assert relative_error(fn(x.float().to(device)).float(), ref) <= 1e-2   # a float32 x: the other kernel
+    xs = x.float()
+    for i, c, h, col, value in _nonfinite_spots(shape, seed):
+        xs[i, c, h, col] = value
+    x = xs.half()
+    want = F.conv2d(x.float(), w, b).numpy().astype(np.float64)
+    clean = torch.nan_to_num(x.float(), nan=0.0, posinf=0.0, neginf=0.0).abs()
+    bound = 1e-2 * np.asarray(reference_layer(clean, w.abs(), b.abs()), dtype=np.float64)
+    got = fn(x.to(device)).float().cpu().numpy().astype(np.float64)
+    assert_nonfinite_as_torch(got, want, np.asarray(reference_layer(x.float(), w, b), dtype=np.float64), bound,
+                              f"tc half input {shape} {config} non-finite")
+
+
+@needs_cxx
+@pytest.mark.parametrize("case", TC_HALF_INPUT_CASES, ids=str)
+def test_emulated_tc_fp16_half_input(emulation, case):
+    _check_tc_half_input(*case, "cpu", zlib.crc32(repr(case).encode()))
+
+
+@needs_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", TC_HALF_INPUT_CASES + (((1500, 16, 6, 22, 22, 5), None), ((1500, 16, 6, 30, 30, 5), None),
+                                                        ((1500, 16, 6, 22, 22, 5), {"kernel": "gather"})), ids=str)
+def test_gpu_tc_fp16_half_input(case):
+    shape, config = case
+    _check_tc_half_input(shape, config or {"kernel": "gather", **(cuda_tc_tuned(shape) or {})}, "cuda",
+                         zlib.crc32(repr(case).encode()))
+
+
+def cuda_tc_tuned(shape):
+    """The tuned FP16 config of a (B, M, C, H, W, K) layer, without its "kernel" key."""
+    from convforge.conv import cuda_tc
+    cfg = cuda_tc.tuned_config(*shape[1:], "fp16") or {}
+    return {k: v for k, v in cfg.items() if k != "kernel"}
+
+
+def test_tc_half_input_refuses_tf32():
+    from convforge.conv import cuda_tc
+    with pytest.raises(ValueError, match="in_dtype"):
+        cuda_tc.prepare(torch.randn(4, 2, 3, 3), None, precision="tf32", in_dtype=torch.float16)
+    geom = cuda_tc.plan(16, 6, 22, 22, 5, "fp16", {"xh": 1}, in_half=True)
+    assert geom.in_half and geom.xsmem and geom.spec().constant("CF_IN_HALF") == 1

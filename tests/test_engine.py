@@ -129,6 +129,28 @@ def test_fast_path_hands_fp16_to_dense_only_where_the_weights_bound_it():
     assert not engine._half_handoff(walk, 3, params)
 
 
+def test_fast_path_hands_fp16_from_a_bounded_first_conv_to_the_tensor_core_conv(monkeypatch):
+    """HALF_CONV_HANDOFF: the fused tanh first conv of sp18, sp19, fa18 and fa19 writes FP16 for the second conv
+    (cuda-tc-fp16, unfused); never after relu (fa20), nor where no conv follows (fa17), nor on the exact path or
+    with the switch off."""
+    from convforge import conv, engine
+    from convforge.models import Conv, fusion_after
+    monkeypatch.setattr(conv.ConvImpl, "unavailable_reason", lambda self, device: None)   # as on a GPU
+    fast = Engine.__new__(Engine)
+    fast.precision, fast.device, fast.impl = "fast", "cuda", conv.get("cuda-auto")
+    for name in PRESETS:
+        walk = list(load_preset(name).architecture.walk())
+        first = next(i for i, (layer, *_) in enumerate(walk) if isinstance(layer, Conv))
+        reader = fast._half_conv_reader(walk, first, fusion_after(walk, first), True)
+        assert reader == (3 if name in ("sp18", "sp19", "fa18", "fa19") else -1), name
+    walk = list(load_preset("sp19").architecture.walk())
+    monkeypatch.setattr(engine, "HALF_CONV_HANDOFF", False)
+    assert fast._half_conv_reader(walk, 0, fusion_after(walk, 0), True) == -1
+    monkeypatch.setattr(engine, "HALF_CONV_HANDOFF", True)
+    fast.precision = "exact"
+    assert fast._half_conv_reader(walk, 0, fusion_after(walk, 0), True) == -1
+
+
 @pytest.mark.gpu
 @needs_cuda
 @pytest.mark.parametrize("name", ["fa17-high", "sp18", "sp19", "fa20"])
@@ -144,6 +166,9 @@ def test_graphed_and_fast_forward_on_fresh_batches(name):
     # sp18 / sp19: the FP16 dense layer after the conv applies the tanh after it (one step, skipping the tanh)
     absorbed = [s.gpu_dense.activation for s in fast.steps if s.tf32 and s.gpu_dense is not None and s.skip == 1]
     assert absorbed == (["tanh"] if name in ("sp18", "sp19") else []), name
+    with torch.inference_mode():   # sp18 / sp19: the first conv hands FP16 to the second (HALF_CONV_HANDOFF)
+        first = fast.steps[0].conv_fn(torch.rand(4, 1, size, size, device="cuda") * 255)
+    assert first.dtype == (torch.float16 if name in ("sp18", "sp19") else torch.float32), name
     params64 = {k: v.to("cuda", torch.float64) for k, v in network.params.items()}
     for batch in (10, 100):
         graphed, graphed_fast = exact.graphed(batch), fast.graphed(batch)

@@ -20,8 +20,10 @@ Optional keywords, passed only to a ``prepare`` that declares them: ``precision=
 several registry entries that differ only in precision, e.g. TF32 and FP16 tensor cores) and
 ``input_hw=(H, W)`` (the layer's input size when known, for kernels that bake it in at compile time so
 that compiling stays out of Op Time; they must still accept any input size) and ``out_dtype=`` (a
-reduced-precision kernel that can write FP16 for a consumer that reads FP16; the returned tensor's dtype
-says what was written, and a prepare without the keyword writes float32).
+reduced-precision kernel, or a fused one whose activation bounds its output, that can write FP16 for a consumer
+that reads FP16; the returned tensor's dtype says what was written, and a prepare without the keyword writes
+float32; ``prepare_fused`` takes it too) and ``in_dtype=`` (``torch.float16``: the ConvFn also accepts an FP16
+``x``, the output of such a producer, and reads it as it is; float32 inputs still work).
 
 Implementations with ``fuses=True`` also provide ``prepare_fused(weight, bias, activation, pool)``:
 a ConvFn returning activation(conv(x) + bias) max-pooled over pool x pool windows with stride pool,
@@ -99,19 +101,21 @@ class ConvImpl:
 
     def prepare(self, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
                 input_hw: Optional[tuple[int, int]] = None, config=None,
-                out_dtype: Optional[torch.dtype] = None) -> ConvFn:
+                out_dtype: Optional[torch.dtype] = None, in_dtype: Optional[torch.dtype] = None) -> ConvFn:
         module = self._module()
-        wanted = {"out_dtype": out_dtype} if out_dtype is not None else {}
+        wanted = {k: v for k, v in (("out_dtype", out_dtype), ("in_dtype", in_dtype)) if v is not None}
         return _call(module.prepare, weight.contiguous(), bias, precision=self.precision, input_hw=input_hw,
                      **wanted, **_config(module.prepare, config, self.name))
 
     def prepare_fused(self, weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Optional[str],
-                      pool: int, input_hw: Optional[tuple[int, int]] = None, config=None) -> ConvFn:
+                      pool: int, input_hw: Optional[tuple[int, int]] = None, config=None,
+                      out_dtype: Optional[torch.dtype] = None) -> ConvFn:
         if not self.fuses:
             raise TypeError(f"{self.name} does not fuse activation and pooling")
         fn = self._module().prepare_fused
+        wanted = {"out_dtype": out_dtype} if out_dtype is not None else {}
         return _call(fn, weight.contiguous(), bias, activation, pool, precision=self.precision, input_hw=input_hw,
-                     **_config(fn, config, self.name))
+                     **wanted, **_config(fn, config, self.name))
 
     @property
     def header(self) -> str:
@@ -322,15 +326,17 @@ def split_tf32(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return big, torch.where(rest == 0, t * 2.0 ** -30, round_tf32(rest))
 
 
-def check_input(x: torch.Tensor, weight: torch.Tensor) -> tuple[int, int, int, int]:
+def check_input(x: torch.Tensor, weight: torch.Tensor,
+                dtypes: tuple[torch.dtype, ...] = (torch.float32,)) -> tuple[int, int, int, int]:
     """The output shape for ``x``, or a clear error for an input no implementation serves: not a 4-d float32
-    tensor on the weights' device, a channel count other than the weights', an input smaller than the kernel.
+    tensor on the weights' device (``dtypes``: also float16 for a layer prepared with ``in_dtype=torch.float16``),
+    a channel count other than the weights', an input smaller than the kernel.
     Shapes, dtype and device only (a microsecond a call); any strides are fine (callers copy to contiguous)."""
     if not isinstance(x, torch.Tensor) or x.dim() != 4:
         raise ValueError(f"input must be a 4-d (B, C, H, W) tensor, got "
                          f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
-    if x.dtype != torch.float32:
-        raise TypeError(f"input must be float32, got {x.dtype}")
+    if x.dtype not in dtypes:
+        raise TypeError(f"input must be {' or '.join(str(d).removeprefix('torch.') for d in dtypes)}, got {x.dtype}")
     if x.device != weight.device:
         raise ValueError(f"input is on {x.device}, the weights on {weight.device}")
     shape = output_shape(tuple(x.shape), tuple(weight.shape))

@@ -54,12 +54,13 @@ def choose(M: int, C: int, H: int, W: int, K: int, pool: int = 1, batch: Optiona
     return impl, entry.get("config")
 
 
-def _delegate(impl: str, config, weight, bias, hw, activation=None, pool: int = 1):
-    """The chosen implementation prepared through the registry (which passes ``config`` and ``input_hw``)."""
+def _delegate(impl: str, config, weight, bias, hw, activation=None, pool: int = 1, out_dtype=None):
+    """The chosen implementation prepared through the registry (which passes ``config`` and ``input_hw``, and
+    ``out_dtype`` to a fused delegate that declares it: cuda-direct's and cuda-fused-layer's direct kernel)."""
     from convforge import conv
     entry = conv.get(impl)
     if pool > 1 or activation is not None:
-        return entry.prepare_fused(weight, bias, activation, pool, input_hw=hw, config=config)
+        return entry.prepare_fused(weight, bias, activation, pool, input_hw=hw, config=config, out_dtype=out_dtype)
     return entry.prepare(weight, bias, input_hw=hw, config=config)
 
 
@@ -67,7 +68,7 @@ def _capturing(x: torch.Tensor) -> bool:
     return x.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
-def _lazy(weight, bias, input_hw, activation=None, pool: int = 1):
+def _lazy(weight, bias, input_hw, activation=None, pool: int = 1, out_dtype=None):
     weight, bias = cc.check_weight(weight, bias)
     M, C, K, _ = weight.shape
     delegates: dict = {}   # (h, w, impl, config as JSON) -> the prepared delegate
@@ -87,7 +88,7 @@ def _lazy(weight, bias, input_hw, activation=None, pool: int = 1):
             same_size = [fn for (dh, dw, _, _), fn in delegates.items() if (dh, dw) == (h, w)]
             if capturing and same_size:
                 return same_size[0], False   # no compiling inside a capture: this size's first delegate serves
-            delegates[key] = _delegate(impl, config, weight, bias, (h, w), activation, pool)
+            delegates[key] = _delegate(impl, config, weight, bias, (h, w), activation, pool, out_dtype)
         return delegates[key], True
 
     if input_hw is not None:
@@ -113,5 +114,7 @@ def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, input_hw=
 
 
 def prepare_fused(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Optional[str], pool: int,
-                  input_hw=None):
-    return _lazy(weight, bias, input_hw, activation, int(pool))
+                  input_hw=None, out_dtype: Optional[torch.dtype] = None):
+    """``out_dtype=torch.float16``: FP16 output where the delegate can write it (cuda-direct's kernel, also as
+    cuda-fused-layer's direct design), else float32; the returned tensor's dtype says which."""
+    return _lazy(weight, bias, input_hw, activation, int(pool), out_dtype)

@@ -348,12 +348,12 @@ def check_weight(weight: torch.Tensor, bias: Optional[torch.Tensor],
     return weight, bias
 
 
-def check_input(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+def check_input(x: torch.Tensor, weight: torch.Tensor, dtypes: tuple = (torch.float32,)) -> torch.Tensor:
     """``x`` checked (the registry's check_input) and as the kernels read it: contiguous and 16-byte aligned.
     A view with a storage offset is contiguous but may start mid-vector: the vectorised loads (float4,
     cp.async of 16 bytes) then fault with a misaligned address (found by tests/test_fuzz.py on an H200),
     so such an input is copied, as a strided one is."""
-    conv_check_input(x, weight)
+    conv_check_input(x, weight, dtypes)
     if not x.is_contiguous() or x.data_ptr() % 16:
         return x.clone(memory_format=torch.contiguous_format)
     return x
@@ -364,10 +364,11 @@ output = output_buffer
 finish = finish_output
 
 
-def per_input_size(weight: torch.Tensor, make_layer, input_hw=None):
+def per_input_size(weight: torch.Tensor, make_layer, input_hw=None, dtypes: tuple = (torch.float32,)):
     """The registry's fn(x, out=None) over kernels compiled per input size: ``make_layer(h, w)`` builds the
     layer object for one (H, W) the first time that size is seen (in prepare when ``input_hw`` is given);
-    ``run.layer_for(h, w)`` exposes it (the bench and tuning scripts read its geometry)."""
+    ``run.layer_for(h, w)`` exposes it (the bench and tuning scripts read its geometry). ``dtypes``: the input
+    dtypes the layers take (float16 too for an ``in_dtype=torch.float16`` prepare)."""
     layers: dict = {}
 
     def layer_for(h: int, w: int):
@@ -379,7 +380,7 @@ def per_input_size(weight: torch.Tensor, make_layer, input_hw=None):
         layer_for(*input_hw)
 
     def run(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
-        x = check_input(x, weight)
+        x = check_input(x, weight, dtypes)
         return layer_for(x.shape[2], x.shape[3])(x, out)
 
     run.layer_for = layer_for

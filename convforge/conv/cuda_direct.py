@@ -24,6 +24,9 @@ rows per thread, so each constant-bank weight and each input row feed more FFMAs
 layers: several row tiles per thread in sequence down its strip, each input row loaded once; it wins on
 the pooled fa17 and sp18 first layers, and loses on every plain layer, where a warp's stores then land in
 several row runs instead of one), ``minb``, ``uc``, ``cs``.
+FP16 output (``out_dtype=torch.float16``, CF_OUT_HALF): the stored values rounded to FP16 (nearest even), half
+the bytes written, for a consumer that reads FP16 (the fast path's tensor-core second conv after a tanh or
+sigmoid first conv, whose outputs lie in [-1, 1]: ``convforge.engine.HALF_CONV_HANDOFF``).
 """
 
 from __future__ import annotations
@@ -148,8 +151,9 @@ def _alignment(a: torch.Tensor, b: torch.Tensor) -> int:
 
 
 def spec(C: int, H: int, W: int, K: int, pool: int, activation: int, cfg: DirectConfig, maps: int,
-         instance: int = 0, vec: int = 4) -> cc.KernelSpec:
-    """The kernel of one piece of ``maps`` maps; ``vec`` is the widest access the pointers allow."""
+         instance: int = 0, vec: int = 4, half_output: bool = False) -> cc.KernelSpec:
+    """The kernel of one piece of ``maps`` maps; ``vec`` is the widest access the pointers allow (in floats:
+    an FP16 output's stores are then half as wide, and as aligned); ``half_output``: y in FP16."""
     mg = min(cfg.mg, maps)
     unroll = C * K * K * _accumulators(pool, replace(cfg, mg=mg)) <= UNROLLED_FFMA_LIMIT if cfg.uc < 0 else bool(cfg.uc)
     return cc.KernelSpec.of(SOURCE, CF_C=C, CF_H=H, CF_W=W, CF_K=K, CF_MP=maps, CF_MG=mg, CF_R=cfg.r,
@@ -157,7 +161,7 @@ def spec(C: int, H: int, W: int, K: int, pool: int, activation: int, cfg: Direct
                             **({"CF_MINB": cfg.minb} if cfg.minb else {}),
                             **({"CF_RT": cfg.rows * pool} if cfg.rows > 1 else {}),
                             **({"CF_CHUNK": cfg.chunk} if cfg.chunk > 1 else {}), CF_POOL=pool, CF_ACT=activation,
-                            CF_INSTANCE=instance)
+                            CF_INSTANCE=instance, **({"CF_OUT_HALF": 1} if half_output else {}))
 
 
 def plan(M: int, C: int, H: int, W: int, K: int, pool: int = 1, config=None) -> DirectConfig:
@@ -179,8 +183,10 @@ class DirectLayer:
     """One layer at one input size: a constant bank per piece, kernels compiled per pointer alignment."""
 
     def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor], H: int, W: int, pool: int = 1,
-                 activation: int = 0, config=None):
+                 activation: int = 0, config=None, half_output: bool = False):
         M, C, K, _ = weight.shape
+        self.half_output = half_output
+        self.out_dtype = torch.float16 if half_output else torch.float32
         if H < K or W < K:
             raise ValueError(f"input {H}x{W} is smaller than the {K}x{K} kernel")
         self.M, self.C, self.H, self.W, self.K, self.pool, self.activation = M, C, H, W, K, pool, activation
@@ -206,7 +212,7 @@ class DirectLayer:
         key = (piece, vec)
         if key not in self.kernels:
             s = spec(self.C, self.H, self.W, self.K, self.pool, self.activation, self.cfg,
-                     self.pieces[piece][1], self.instances[piece], vec)
+                     self.pieces[piece][1], self.instances[piece], vec, self.half_output)
             kernel = cc.kernel(s, "conv_direct", self.device)
             if self.reused:
                 cc.synchronize(self.device)  # a freed layer's kernels may still read a bank being reused
@@ -221,7 +227,7 @@ class DirectLayer:
 
     def __call__(self, x: torch.Tensor, out: Optional[torch.Tensor]) -> torch.Tensor:
         batch = x.shape[0]
-        y, result = cc.output(out, self.out_shape(batch), x)
+        y, result = cc.output(out, self.out_shape(batch), x, self.out_dtype)
         if y.numel() == 0:
             return cc.finish(y, result)
         items_per_image = (self.hp // self.cfg.rows // self.cfg.chunk) * self.nx   # row chunks x column strips
@@ -238,13 +244,24 @@ class DirectLayer:
         return cc.finish(y, result)
 
 
-def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, config=None, input_hw=None):
+def half_output(out_dtype: torch.dtype) -> bool:
+    """Whether ``out_dtype`` asks for FP16 (float16) rather than float32; anything else is an error."""
+    if out_dtype not in (torch.float32, torch.float16):
+        raise ValueError(f"out_dtype must be torch.float32 or torch.float16, got {out_dtype}")
+    return out_dtype == torch.float16
+
+
+def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, config=None, input_hw=None,
+            out_dtype: torch.dtype = torch.float32):
+    """``out_dtype=torch.float16``: y in FP16 (values past 65504 become +-Inf: the caller bounds them)."""
     weight, bias = cc.check_weight(weight, bias)
-    return cc.per_input_size(weight, lambda h, w: DirectLayer(weight, bias, h, w, 1, 0, config), input_hw)
+    half = half_output(out_dtype)
+    return cc.per_input_size(weight, lambda h, w: DirectLayer(weight, bias, h, w, 1, 0, config, half), input_hw)
 
 
 def prepare_fused(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Optional[str], pool: int,
-                  config=None, input_hw=None):
+                  config=None, input_hw=None, out_dtype: torch.dtype = torch.float32):
     weight, bias = cc.check_weight(weight, bias)
     act, pool = cc.fusion_codes(activation, pool)
-    return cc.per_input_size(weight, lambda h, w: DirectLayer(weight, bias, h, w, pool, act, config), input_hw)
+    half = half_output(out_dtype)
+    return cc.per_input_size(weight, lambda h, w: DirectLayer(weight, bias, h, w, pool, act, config, half), input_hw)

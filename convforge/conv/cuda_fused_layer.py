@@ -70,14 +70,17 @@ def candidate_configs(M: int, C: int, H: int, W: int, K: int, pool: int = 2, **k
 
 
 def prepare_fused(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Optional[str], pool: int,
-                  config=None, input_hw=None):
+                  config=None, input_hw=None, out_dtype: torch.dtype = torch.float32):
+    """``out_dtype=torch.float16``: the direct design writes FP16 (cuda-direct's); the regtile design writes
+    float32 whatever is asked (the returned tensor's dtype says which)."""
     weight, bias = cc.check_weight(weight, bias)
     act, pool = cc.fusion_codes(activation, pool)
     kind, cfg = design(weight.shape[1], config)
+    half = direct.half_output(out_dtype)
 
     def make(h: int, w: int):
         if kind == "direct":
-            return direct.DirectLayer(weight, bias, h, w, pool, act, cfg)
+            return direct.DirectLayer(weight, bias, h, w, pool, act, cfg, half)
         return gemm.RegTileLayer(weight, bias, h, w, pool, act, cfg)
 
     return cc.per_input_size(weight, make, input_hw)

@@ -14,6 +14,10 @@ per 16 rows), not the tensor cores: fa18 L2 has 48 FLOPs per gathered element. `
 stages the image as FP16 pairs, one shared load per A register (tc.cu's header): sp18 L2 0.342 against 0.401 ms
 for its best fp32-image launch, sp19 L2 0.183 against 0.198 (H100,
 benchmarks/2026-11-27-h100-fast-sp18-sp19-second-conv).
+FP16 input (``prepare(..., in_dtype=torch.float16)``, CF_IN_HALF): the gather kernel also takes x as FP16, the
+output of a producer that writes FP16 (cuda-direct's ``out_dtype``; the engine's fast path after a tanh or sigmoid
+first conv): half the input bytes, and with ``xh=1`` the FP16 words go to shared memory as they are, no conversion.
+The rows and pairs kernels read fp32: an FP16 x is widened for them first (exact, one extra pass).
 
 Three kernels, chosen per layer (``config={"kernel": "gather" | "rows" | "pairs"}``; default: the measured
 winner in ``convforge/tuning/cuda-tc.json``, else ``default_kernel``). ``cuda/tc_rows.cu`` treats each filter row as a banded (Toeplitz)
@@ -100,6 +104,7 @@ class TcGeometry(LayerShape):
     cs: int = 0                 # 1: evict-first (streaming) output stores
     out_half: bool = False      # y in FP16 (CF_OUT_HALF): for a consumer that reads FP16 (``prepare``'s out_dtype)
     xh: int = 0                 # 1: the image staged as FP16 pairs (CF_XHALF, tc.cu's header): FP16, even W
+    in_half: bool = False       # x in FP16 (CF_IN_HALF): from a producer that writes FP16 (``prepare``'s in_dtype)
 
     @property
     def kstep(self): return 16 if self.precision == "fp16" else 8
@@ -131,6 +136,7 @@ class TcGeometry(LayerShape):
                                 CF_XSMEM=int(self.xsmem), CF_BSMEM=int(self.bsmem), CF_TF32_ROUND=self.round,
                                 **({"CF_STREAM_STORES": 1} if self.cs else {}),
                                 **({"CF_OUT_HALF": 1} if self.out_half else {}),
+                                **({"CF_IN_HALF": 1} if self.in_half else {}),
                                 **({"CF_XHALF": 1} if self.xh else {}))
 
 
@@ -148,7 +154,7 @@ def _option(cfg: dict, key: str, choices: dict) -> int:
 
 
 def plan(M: int, C: int, H: int, W: int, K: int, precision: str, config: Optional[dict] = None,
-         smem_optin: int = SMEM_OPTIN_DEFAULT) -> TcGeometry:
+         smem_optin: int = SMEM_OPTIN_DEFAULT, in_half: bool = False) -> TcGeometry:
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     cfg = {**DEFAULT_CONFIG, **(config or {})}
@@ -158,12 +164,12 @@ def plan(M: int, C: int, H: int, W: int, K: int, precision: str, config: Optiona
     if cfg["rm"] < 1 or cfg["nt"] % 32 or not 32 <= cfg["nt"] <= 1024:
         raise ValueError(f"bad launch parameters {cfg}")
     geom = TcGeometry(M, C, H, W, K, precision, int(cfg["rm"]), int(cfg["nt"]), int(cfg["round"]),
-                      cs=_option(cfg, "cs", CS_CHOICES), xh=_option(cfg, "xh", XH_CHOICES))
+                      cs=_option(cfg, "cs", CS_CHOICES), xh=_option(cfg, "xh", XH_CHOICES), in_half=in_half)
     if geom.xh and (precision != "fp16" or W % 2):
         raise ValueError(f"xh=1 (FP16 image pairs) needs precision fp16 and an even input width, got {precision} "
                          f"and width {W}; leave xh out")
     for xsmem, bsmem in ((True, True), (True, False), (False, True), (False, False)):
-        if geom.xh and not xsmem:   # the pairs live in shared memory only
+        if (geom.xh or in_half) and not xsmem:   # the pairs, and an FP16 image, are read from shared memory only
             continue
         g = replace(geom, xsmem=xsmem, bsmem=bsmem)
         if g.smem_bytes <= smem_optin:
@@ -322,8 +328,9 @@ def default_kernel(C: int, K: int, M: int = 0) -> str:
 
 
 def plan_any(M: int, C: int, H: int, W: int, K: int, precision: str, config: Optional[dict] = None,
-             smem_optin: int = SMEM_OPTIN_DEFAULT):
-    """The geometry of whichever kernel ``config['kernel']`` (or the per-layer default) names."""
+             smem_optin: int = SMEM_OPTIN_DEFAULT, in_half: bool = False):
+    """The geometry of whichever kernel ``config['kernel']`` (or the per-layer default) names; ``in_half``: the
+    gather kernel reads an FP16 x (the others ignore it: they read fp32)."""
     kind = (config or {}).get("kernel") or default_kernel(C, K, M)
     if kind == "rows":
         return plan_rows(M, C, H, W, K, precision, config, smem_optin)
@@ -331,7 +338,8 @@ def plan_any(M: int, C: int, H: int, W: int, K: int, precision: str, config: Opt
         return plan_pairs(M, C, H, W, K, precision, config, smem_optin)
     if kind != "gather":
         raise ValueError(f"kernel must be one of {KERNELS}, got {kind!r}")
-    return plan(M, C, H, W, K, precision, {k: v for k, v in (config or {}).items() if k != "kernel"}, smem_optin)
+    return plan(M, C, H, W, K, precision, {k: v for k, v in (config or {}).items() if k != "kernel"}, smem_optin,
+                in_half)
 
 
 def kernel_specs(M: int, C: int, H: int, W: int, K: int, precision: str = "tf32", config=None,
@@ -398,14 +406,20 @@ class TcLayer:
     loops over images (rows and pairs: units of ib images). Outputs that a non-finite input reached are
     recomputed in exact fp32 inside the kernel (cuda/nonfinite.cuh), so NaN and +-Inf land where torch puts them."""
 
-    def __init__(self, weight, bias, H: int, W: int, precision: str, config: dict, half_output: bool = False):
+    def __init__(self, weight, bias, H: int, W: int, precision: str, config: dict, half_output: bool = False,
+                 half_input: bool = False):
         """``config``: the launch config with its "kernel" key (``layer`` fills in the default). ``half_output``:
-        write y in FP16 where the kernel can (the gather kernel; the others write float32): ``self.out_dtype``."""
+        write y in FP16 where the kernel can (the gather kernel; the others write float32): ``self.out_dtype``.
+        ``half_input``: the gather kernel reads an FP16 x (``self.in_dtype``); a call with the other dtype runs a
+        second layer built for it on first use, and the rows and pairs kernels widen an FP16 x to fp32."""
         M, C, K, _ = weight.shape
         self.device = weight.device
         info = cc.device_info(self.device)
-        self.geom = plan_any(M, C, H, W, K, precision, config, info.smem_per_block_optin)
         self.kind = kind = config["kernel"]
+        self.geom = plan_any(M, C, H, W, K, precision, config, info.smem_per_block_optin, half_input and kind == "gather")
+        self.in_dtype = torch.float16 if half_input and kind == "gather" else torch.float32
+        self._other = None   # the layer for the other input dtype (gather kernel), built on first use
+        self._rebuild = lambda: TcLayer(weight, bias, H, W, precision, config, half_output, not half_input)
         half = half_output and kind == "gather"
         if half:
             self.geom = replace(self.geom, out_half=True)
@@ -430,6 +444,13 @@ class TcLayer:
         self.grid_cap = info.sm_count * max(1, self.kernel.blocks_per_sm(self.geom.nt, self.geom.smem_bytes))
 
     def __call__(self, x: torch.Tensor, out: Optional[torch.Tensor]) -> torch.Tensor:
+        if x.dtype != self.in_dtype:
+            if self.kind != "gather":
+                x = x.float()     # the rows and pairs kernels read fp32 (FP16 widens exactly)
+            else:
+                if self._other is None:
+                    self._other = self._rebuild()
+                return self._other(x, out)
         g = self.geom
         B = x.shape[0]
         if B > cc.INT32_MAX - self.per_unit:   # the kernel counts units of per_unit images in int32
@@ -444,25 +465,33 @@ class TcLayer:
         return cc.finish(y, result)
 
 
-def layer(weight, bias, H: int, W: int, precision: str, config=None, half_output: bool = False):
+def layer(weight, bias, H: int, W: int, precision: str, config=None, half_output: bool = False,
+          half_input: bool = False):
     """The tensor-core kernel for one input size: the gather, rows or pairs kernel (config['kernel']); with no
     config, the measured winner for this shape (``tuned_config``) or the per-shape default."""
     M, C, K, _ = weight.shape
     if config is None:
         config = tuned_config(M, C, H, W, K, precision)
     kind = (config or {}).get("kernel") or default_kernel(C, K, M)
-    return TcLayer(weight, bias, H, W, precision, {**(config or {}), "kernel": kind}, half_output)
+    return TcLayer(weight, bias, H, W, precision, {**(config or {}), "kernel": kind}, half_output, half_input)
 
 
 def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, precision: str = "tf32", config=None,
-            input_hw=None, out_dtype: torch.dtype = torch.float32):
+            input_hw=None, out_dtype: torch.dtype = torch.float32, in_dtype: torch.dtype = torch.float32):
     """``out_dtype=torch.float16``: the gather kernel writes its output in FP16 (half the bytes, for a consumer
     that reads FP16; values past 65504 become +-Inf, so the caller bounds them); ``out`` is then a float16 buffer.
-    The rows and pairs kernels write float32 whatever is asked: the returned tensor's dtype says which."""
-    weight, bias = cc.check_weight(weight, bias)
+    The rows and pairs kernels write float32 whatever is asked: the returned tensor's dtype says which.
+    ``in_dtype=torch.float16``: the layer also takes an FP16 x, which the gather kernel reads as it is (FP16
+    precision only); float32 inputs still work (a second kernel, compiled at the first such call)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
-    if out_dtype not in (torch.float32, torch.float16):
-        raise ValueError(f"out_dtype must be torch.float32 or torch.float16, got {out_dtype}")
-    half = out_dtype == torch.float16
-    return cc.per_input_size(weight, lambda h, w: layer(weight, bias, h, w, precision, config, half), input_hw)
+    for name, dtype in (("out_dtype", out_dtype), ("in_dtype", in_dtype)):
+        if dtype not in (torch.float32, torch.float16):
+            raise ValueError(f"{name} must be torch.float32 or torch.float16, got {dtype}")
+    if in_dtype == torch.float16 and precision != "fp16":
+        raise ValueError(f"in_dtype=torch.float16 needs precision fp16 (TF32 reads fp32), got {precision}")
+    weight, bias = cc.check_weight(weight, bias)
+    half, half_in = out_dtype == torch.float16, in_dtype == torch.float16
+    dtypes = (torch.float32, torch.float16) if half_in else (torch.float32,)
+    return cc.per_input_size(weight, lambda h, w: layer(weight, bias, h, w, precision, config, half, half_in),
+                             input_hw, dtypes)

@@ -30,7 +30,8 @@
 // per block), CF_VEC (largest vector width in floats the pointers allow: 4, 2 or 1), CF_UNROLL_C,
 // CF_STREAM_STORES, CF_MINB (minimum blocks per SM for __launch_bounds__, 0 for none), CF_CHUNK (row tiles
 // per thread, one channel only: each input row is loaded once for the tiles that read it), CF_POOL, CF_ACT,
-// CF_INSTANCE.
+// CF_INSTANCE, CF_OUT_HALF (1: y in FP16, stores.cuh's output_element, for a consumer that reads FP16: half the
+// bytes written; the caller bounds the values, as a tanh or sigmoid epilogue does).
 
 #include "activation.cuh"
 #include "stores.cuh"
@@ -61,6 +62,9 @@
 #endif
 #ifndef CF_RT
 #define CF_RT CF_POOL   // conv rows per thread: one window row by default
+#endif
+#ifndef CF_OUT_HALF
+#define CF_OUT_HALF 0
 #endif
 #if CF_MINB > 0   // ask ptxas for CF_MINB resident blocks per SM (caps the registers; may spill)
 #define CF_BOUNDS __launch_bounds__(CF_NT, CF_MINB)
@@ -94,6 +98,17 @@ static_assert(R % P == 0, "CF_R must be a multiple of CF_POOL");
 static_assert(RT % P == 0 && HP % RTP == 0, "CF_RT must be a multiple of CF_POOL whose stored rows divide HP");
 static_assert(CH == 1 || (C == 1 && (HP / RTP) % CH == 0), "CF_CHUNK > 1 needs one channel and must divide the row tiles");
 static_assert(BIAS + MP <= CF_CONST_FLOATS, "weights and bias must fit the constant bank");
+#if CF_OUT_HALF
+typedef unsigned short out_t;                       // FP16 bits (stores.cuh's output_element)
+#else
+typedef float out_t;
+#endif
+
+// two FP16 values as one 32-bit word, the first in the lower half (its lower address)
+__device__ __forceinline__ unsigned half_pair(float a, float b)
+{
+    return (unsigned)output_element(a, out_t()) | ((unsigned)output_element(b, out_t()) << 16);
+}
 
 __device__ __forceinline__ void load_row(float (&v)[NL * VL], const float* __restrict__ row, int x0)
 {
@@ -151,7 +166,7 @@ __device__ __forceinline__ void row_taps(float (&acc)[RT][R][GM], const float (&
 // Epilogue: pool (P > 1) and activate, then RP values per map at column strip * RP of each of the
 // tile's stored rows ty * RTP + rp.
 template <int G, int GM>
-__device__ __forceinline__ void store_tile(float* __restrict__ y, const float (&acc)[RT][R][GM], int b, int ty,
+__device__ __forceinline__ void store_tile(out_t* __restrict__ y, const float (&acc)[RT][R][GM], int b, int ty,
                                            int strip, int M, int m0)
 {
 #pragma unroll
@@ -169,8 +184,20 @@ __device__ __forceinline__ void store_tile(float* __restrict__ y, const float (&
                     if (r + jj > 0) best = max_nan(best, acc[rp * P + r][jp * P + jj][m]);
             out[jp] = activate(best);
         }
-        float* __restrict__ dst = y + (((long long)b * M + m0 + G * MG + m) * HP + ty * RTP + rp) * WP + strip * RP;
-        if constexpr (VS == 4) {
+        out_t* __restrict__ dst = y + (((long long)b * M + m0 + G * MG + m) * HP + ty * RTP + rp) * WP + strip * RP;
+        if constexpr (CF_OUT_HALF && VS == 4) {     // 4 halves: one 8-byte store (dst is 8-byte aligned)
+#pragma unroll
+            for (int s = 0; s < RP / 4; ++s) {
+                uint2 v;
+                v.x = half_pair(out[4 * s], out[4 * s + 1]);
+                v.y = half_pair(out[4 * s + 2], out[4 * s + 3]);
+                store_out(reinterpret_cast<uint2*>(dst) + s, v);
+            }
+        } else if constexpr (CF_OUT_HALF && VS == 2) {
+#pragma unroll
+            for (int s = 0; s < RP / 2; ++s)
+                store_out(reinterpret_cast<unsigned*>(dst) + s, half_pair(out[2 * s], out[2 * s + 1]));
+        } else if constexpr (VS == 4) {
 #pragma unroll
             for (int s = 0; s < RP / 4; ++s)
                 store_out(reinterpret_cast<float4*>(dst) + s,
@@ -182,7 +209,7 @@ __device__ __forceinline__ void store_tile(float* __restrict__ y, const float (&
         } else {
 #pragma unroll
             for (int jp = 0; jp < RP; ++jp)
-                if (!TAIL || strip * RP + jp < WP) store_out(dst + jp, out[jp]);
+                if (!TAIL || strip * RP + jp < WP) store_out(dst + jp, output_element(out[jp], out_t()));
         }
     }
 }
@@ -190,7 +217,7 @@ __device__ __forceinline__ void store_tile(float* __restrict__ y, const float (&
 // One map group's work item: maps G*MG .. G*MG+GM-1 of this piece, row tiles ty0 .. ty0+CH-1 of image b;
 // xb is the item's first input row (channel 0).
 template <int G>
-__device__ __forceinline__ void tile(float* __restrict__ y, const float* __restrict__ xb, int b, int ty0,
+__device__ __forceinline__ void tile(out_t* __restrict__ y, const float* __restrict__ xb, int b, int ty0,
                                      int strip, int M, int m0)
 {
     constexpr int GM = (MP - G * MG < MG) ? MP - G * MG : MG;
@@ -247,7 +274,7 @@ __device__ __forceinline__ void tile(float* __restrict__ y, const float* __restr
 // blockIdx.y -> tile<G>: a chain of uniform branches, one compile-time code path per group.
 template <int G>
 struct Groups {
-    static __device__ __forceinline__ void run(int g, float* __restrict__ y, const float* __restrict__ xb, int b,
+    static __device__ __forceinline__ void run(int g, out_t* __restrict__ y, const float* __restrict__ xb, int b,
                                                int ty, int strip, int M, int m0)
     {
         if (g == G) tile<G>(y, xb, b, ty, strip, M, m0);
@@ -257,15 +284,15 @@ struct Groups {
 
 template <>
 struct Groups<-1> {
-    static __device__ __forceinline__ void run(int, float*, const float*, int, int, int, int, int) {}
+    static __device__ __forceinline__ void run(int, out_t*, const float*, int, int, int, int, int) {}
 };
 
 }  // namespace
 
-// y: (B, M, HP, WP) (HP, WP = HO, WO when CF_POOL == 1); x: (B, C, H, W). B * NY * NX < 2^31 (the host
+// y: (B, M, HP, WP) (HP, WP = HO, WO when CF_POOL == 1), float or FP16 bits (CF_OUT_HALF); x: (B, C, H, W). B * NY * NX < 2^31 (the host
 // splits larger batches). Grid: x = ceil(B * NY * NX / CF_NT), y = map groups of this piece.
 extern "C" __global__ void CF_BOUNDS
-conv_direct(float* __restrict__ y, const float* __restrict__ x, int B, int M, int m0)
+conv_direct(out_t* __restrict__ y, const float* __restrict__ x, int B, int M, int m0)
 {
     const int item = blockIdx.x * CF_NT + threadIdx.x;
     if (item >= B * NY * NX) return;

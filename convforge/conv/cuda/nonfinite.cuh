@@ -62,9 +62,9 @@ __device__ __forceinline__ bool block_any(bool v)
 // blockIdx.x + gridDim.x, ...): if any thread of the block saw a non-finite accumulator (seen: its probe is not
 // 0), the block stores the
 // exact fp32 value over every non-finite output of its units (y (B, M, HO, WO), x (B, C, H, W), w (M, C, K, K)),
-// in y's element type (stores.cuh's output_element).
-template <int C, int H, int W, int K, int M, int NT, int IB, class T>
-__device__ __forceinline__ void redo_nonfinite_outputs(bool seen, T* __restrict__ y, const float* __restrict__ x,
+// in y's element type (stores.cuh's output_element), from x's values (float, or FP16 bits widened exactly).
+template <int C, int H, int W, int K, int M, int NT, int IB, class T, class X>
+__device__ __forceinline__ void redo_nonfinite_outputs(bool seen, T* __restrict__ y, const X* __restrict__ x,
                                                        const float* __restrict__ w, const float* __restrict__ bias,
                                                        int B)
 {
@@ -77,13 +77,13 @@ __device__ __forceinline__ void redo_nonfinite_outputs(bool seen, T* __restrict_
             if (finite_value(output_as_float(*yp))) continue;
             const int img = i / PER_IMAGE, rem = i - img * PER_IMAGE, map = rem / (HO * WO);
             const int pos = rem - map * (HO * WO), o = pos / WO, col = pos - o * WO;
-            const float* const xp = x + ((b0 + img) * C * H + o) * W + col;
+            const X* const xp = x + ((b0 + img) * C * H + o) * W + col;
             const float* const wp = w + map * (C * K * K);
             float acc = 0.0f;
 #pragma unroll 1
             for (int k = 0; k < C * K * K; ++k) {
                 const int c = k / (K * K), r = k - c * (K * K), p = r / K, q = r - p * K;
-                acc = fmaf(__ldg(xp + (c * H + p) * W + q), __ldg(wp + k), acc);
+                acc = fmaf(output_as_float(__ldg(xp + (c * H + p) * W + q)), __ldg(wp + k), acc);
             }
             store_out(yp, output_element(bias != nullptr ? acc + __ldg(bias + map) : acc, T()));
         }
@@ -91,8 +91,8 @@ __device__ __forceinline__ void redo_nonfinite_outputs(bool seen, T* __restrict_
 }
 
 // The same as a call (not inlined), for a kernel whose other loops the inlined pass disturbs (tc.cu).
-template <int C, int H, int W, int K, int M, int NT, int IB, class T>
-__device__ CF_COLD void redo_nonfinite_outputs_call(bool seen, T* __restrict__ y, const float* __restrict__ x,
+template <int C, int H, int W, int K, int M, int NT, int IB, class T, class X>
+__device__ CF_COLD void redo_nonfinite_outputs_call(bool seen, T* __restrict__ y, const X* __restrict__ x,
                                                     const float* __restrict__ w, const float* __restrict__ bias, int B)
 {
     redo_nonfinite_outputs<C, H, W, K, M, NT, IB>(seen, y, x, w, bias, B);

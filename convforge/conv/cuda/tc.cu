@@ -23,7 +23,10 @@
 // saw one replaces its non-finite outputs by exact fp32 values after its last image (nonfinite.cuh).
 // Constants: CF_M CF_C CF_H CF_W CF_K, CF_PREC (0 tf32, 1 fp16), CF_RM, CF_NT, CF_XSMEM, CF_BSMEM,
 // CF_TF32_ROUND, CF_STREAM_STORES (evict-first output stores), CF_OUT_HALF (1: y in FP16, for a consumer that
-// reads FP16: half the output bytes; the caller bounds the values), CF_XHALF (below).
+// reads FP16: half the output bytes; the caller bounds the values), CF_IN_HALF (1: x in FP16 bits, from a producer
+// that writes FP16, e.g. cuda-direct's CF_OUT_HALF: half the input bytes read; staged into shared memory as the
+// kernel stages an fp32 image, so CF_XSMEM; the exact pass for non-finite outputs reads the FP16 values), CF_XHALF
+// (below).
 // CF_XHALF (FP16, W even): the image is staged once as FP16 in two copies, the second shifted by one element, and
 // the reduction runs over kernel rows padded to an even number of taps KE (a zero-weight tap past an odd K). A
 // register's two k (2t, 2t+1: taps q, q+1 of one kernel row, q even) are then two neighbouring inputs, which sit
@@ -59,6 +62,9 @@
 #ifndef CF_XHALF
 #define CF_XHALF 0
 #endif
+#ifndef CF_IN_HALF
+#define CF_IN_HALF 0
+#endif
 
 namespace {
 
@@ -78,6 +84,12 @@ constexpr int PT = (P + 16 * RM - 1) / (16 * RM);      // position tiles per ima
 constexpr int NWARPS = NT / 32;
 static_assert(NT % 32 == 0, "CF_NT must be a multiple of 32");
 static_assert(!CF_XHALF || (CF_PREC == 1 && CF_XSMEM && W % 2 == 0), "CF_XHALF needs FP16, CF_XSMEM and an even W");
+static_assert(!CF_IN_HALF || CF_XSMEM, "CF_IN_HALF needs CF_XSMEM (the image is read from shared memory)");
+#if CF_IN_HALF
+typedef unsigned short in_t;                           // FP16 bits
+#else
+typedef float in_t;
+#endif
 #if CF_OUT_HALF
 typedef unsigned short out_t;                          // FP16 bits (stores.cuh's output_element)
 #else
@@ -105,7 +117,7 @@ __device__ __forceinline__ int pair_offset(int e)
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(CF_NT)
-conv_tc(out_t* __restrict__ y, const float* __restrict__ x, const unsigned* __restrict__ bfrag,
+conv_tc(out_t* __restrict__ y, const in_t* __restrict__ x, const unsigned* __restrict__ bfrag,
         const float* __restrict__ w, const float* __restrict__ bias, int B)
 {
     extern __shared__ float4 smem4[];
@@ -132,10 +144,19 @@ conv_tc(out_t* __restrict__ y, const float* __restrict__ x, const unsigned* __re
 
     float probe = 0.0f;                                        // NaN once an accumulator was not finite
     for (long long b = blockIdx.x; b < B; b += gridDim.x) {
-        const float* const xb = x + b * (long long)IMG;
+        const in_t* const xb = x + b * (long long)IMG;
         if constexpr (CF_XSMEM) {
             __syncthreads();                                   // the previous image is done with xs
-            if constexpr (CF_XHALF) {   // word j: (x[2j], x[2j+1]) in the first copy, (x[2j+1], x[2j+2]) in the second
+            if constexpr (CF_XHALF && CF_IN_HALF) {   // the FP16 image's words as they are (IMG even: W even)
+                unsigned* const xw = reinterpret_cast<unsigned*>(xs);
+                const unsigned* const src = reinterpret_cast<const unsigned*>(xb);   // 4-byte aligned: IMG even
+                for (int j = tid; j < XW; j += NT) {
+                    const unsigned w0 = j < IMG / 2 ? __ldg(src + j) : 0u;
+                    const unsigned w1 = j + 1 < IMG / 2 ? __ldg(src + j + 1) : 0u;
+                    xw[j] = w0;
+                    xw[XW + j] = (w0 >> 16) | (w1 << 16);
+                }
+            } else if constexpr (CF_XHALF) {   // word j: (x[2j], x[2j+1]) in the first copy, (x[2j+1], x[2j+2]) in the second
                 unsigned* const xw = reinterpret_cast<unsigned*>(xs);
                 for (int j = tid; j < XW; j += NT) {
                     const float v0 = 2 * j < IMG ? __ldg(xb + 2 * j) : 0.0f;
@@ -144,6 +165,17 @@ conv_tc(out_t* __restrict__ y, const float* __restrict__ x, const unsigned* __re
                     xw[j] = half2_bits(v0, v1);
                     xw[XW + j] = half2_bits(v1, v2);
                 }
+            } else if constexpr (CF_IN_HALF && IMG % 4 == 0) {   // widened to fp32 (exact), 4 halves per 8-byte load
+                const uint2* src = reinterpret_cast<const uint2*>(xb);   // 8-byte aligned: IMG % 4 == 0
+                for (int i = tid; i < IMG / 4; i += NT) {
+                    const uint2 v = __ldg(src + i);
+                    smem4[i] = make_float4(output_as_float((unsigned short)(v.x & 0xffffu)),
+                                           output_as_float((unsigned short)(v.x >> 16)),
+                                           output_as_float((unsigned short)(v.y & 0xffffu)),
+                                           output_as_float((unsigned short)(v.y >> 16)));
+                }
+            } else if constexpr (CF_IN_HALF) {
+                for (int i = tid; i < IMG; i += NT) xs[i] = output_as_float(__ldg(xb + i));
             } else if constexpr (IMG % 4 == 0) {
                 const float4* src = reinterpret_cast<const float4*>(xb);   // 16-byte aligned: IMG % 4 == 0
                 for (int i = tid; i < IMG / 4; i += NT) smem4[i] = __ldg(src + i);
@@ -152,7 +184,7 @@ conv_tc(out_t* __restrict__ y, const float* __restrict__ x, const unsigned* __re
             }
             __syncthreads();
         }
-        const float* const src = CF_XSMEM ? xs : xb;
+        const float* const src = CF_XSMEM ? xs : reinterpret_cast<const float*>(xb);   // (CF_IN_HALF: xs)
 
         for (int tile = warp; tile < PT; tile += NWARPS) {
             int rb0[RM], rb1[RM];                               // row bases (bytes) of this lane's rows g, g+8
