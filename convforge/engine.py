@@ -49,8 +49,12 @@ HALF_BOUND = 2.0 ** 14
 BOUNDED_ACTIVATIONS = ("tanh", "sigmoid")
 # The fast path also hands a fused conv's output to the next conv in FP16 when its activation is bounded (tanh or
 # sigmoid: |value| <= 1, FP16 rounding within 2^-11 relative, which the FP16 tensor-core conv applies to its
-# input anyway) and that conv runs on FAST_CONV unfused: the first conv writes half the bytes and the second reads
-# half (sp18 and sp19, benchmarks/2026-11-28-h100-fast-first-conv-fp16-handoff). Read when an engine is built.
+# input anyway) and that conv runs unfused on FAST_CONV's FP16-pairs launch (cuda_tc.stages_half_pairs): the first
+# conv writes half the bytes and the second reads half, as they are (sp18 and sp19 1.033-1.039x,
+# benchmarks/2026-11-28-h100-fast-first-conv-fp16-handoff). fa18 and fa19, whose second convs take fp32-image
+# launches, gained 1.01-1.02x, and fa18's graphed fast pass at 10 images then measured 0.363 ms against 0.062-0.069
+# in earlier records (cause not found: benchmarks/2026-11-28-h100-whole-network-after-merge), so they keep fp32.
+# Read when an engine is built.
 HALF_CONV_HANDOFF = True
 
 # Bound on the largest activation of one chunk, so memory stays flat for any number of images. On a GPU it
@@ -449,7 +453,7 @@ class Engine:
     def _half_conv_reader(self, walk: list, i: int, fusion, fuse: bool) -> int:
         """The walk index of the conv that reads conv i's output in FP16 (HALF_CONV_HANDOFF), else -1: on the fast
         path, conv i's fused activation is bounded (BOUNDED_ACTIVATIONS) and the next layer after its fused ones is
-        a conv that runs unfused on FAST_CONV (which takes an FP16 input)."""
+        a conv that runs unfused on FAST_CONV's FP16-pairs launch (which takes an FP16 input as it is)."""
         if self.precision != "fast" or not HALF_CONV_HANDOFF or fusion[0] not in BOUNDED_ACTIVATIONS:
             return -1
         j = i + 1 + fusion[2]
@@ -459,7 +463,10 @@ class Engine:
         impl = self._layer_impl(walk[j][2][0], walk[j][0].out_channels, following)
         if impl.name != FAST_CONV or (following and impl.fuses):
             return -1
-        return j
+        from convforge.conv import cuda_tc
+        channels, height, width = walk[j][2]
+        layer = walk[j][0]
+        return j if cuda_tc.stages_half_pairs(layer.out_channels, channels, height, width, layer.kernel) else -1
 
     def _layer_impl(self, channels: int, maps: int, fusion) -> conv.ConvImpl:
         """The implementation for a conv layer of ``channels`` input channels. Exact: the engine's one

@@ -130,9 +130,9 @@ def test_fast_path_hands_fp16_to_dense_only_where_the_weights_bound_it():
 
 
 def test_fast_path_hands_fp16_from_a_bounded_first_conv_to_the_tensor_core_conv(monkeypatch):
-    """HALF_CONV_HANDOFF: the fused tanh first conv of sp18, sp19, fa18 and fa19 writes FP16 for the second conv
-    (cuda-tc-fp16, unfused); never after relu (fa20), nor where no conv follows (fa17), nor on the exact path or
-    with the switch off."""
+    """HALF_CONV_HANDOFF: the fused tanh first conv of sp18 and sp19 writes FP16 for the second conv (cuda-tc-fp16
+    unfused, on its FP16-pairs launch); not for fa18 and fa19 (fp32-image launches), never after relu (fa20), nor
+    where no conv follows (fa17), nor on the exact path or with the switch off."""
     from convforge import conv, engine
     from convforge.models import Conv, fusion_after
     monkeypatch.setattr(conv.ConvImpl, "unavailable_reason", lambda self, device: None)   # as on a GPU
@@ -142,7 +142,11 @@ def test_fast_path_hands_fp16_from_a_bounded_first_conv_to_the_tensor_core_conv(
         walk = list(load_preset(name).architecture.walk())
         first = next(i for i, (layer, *_) in enumerate(walk) if isinstance(layer, Conv))
         reader = fast._half_conv_reader(walk, first, fusion_after(walk, first), True)
-        assert reader == (3 if name in ("sp18", "sp19", "fa18", "fa19") else -1), name
+        assert reader == (3 if name in ("sp18", "sp19") else -1), name
+    from convforge.conv import cuda_tc
+    assert [cuda_tc.stages_half_pairs(*layer) for layer in ((16, 6, 30, 30, 5), (16, 6, 22, 22, 5),
+                                                           (24, 12, 33, 33, 7), (24, 12, 33, 33, 5))] == [
+        True, True, False, False]   # sp18, sp19 L2 (tuned xh=1); fa18, fa19 L2
     walk = list(load_preset("sp19").architecture.walk())
     monkeypatch.setattr(engine, "HALF_CONV_HANDOFF", False)
     assert fast._half_conv_reader(walk, 0, fusion_after(walk, 0), True) == -1

@@ -319,6 +319,15 @@ def tuned_config(M: int, C: int, H: int, W: int, K: int, precision: str) -> Opti
     return tuning.lookup("cuda-tc", M=M, C=C, H=H, W=W, K=K, precision=precision)
 
 
+def stages_half_pairs(M: int, C: int, H: int, W: int, K: int, precision: str = "fp16") -> bool:
+    """Whether this layer's launch (tuned or default) is the gather kernel staging FP16 image pairs (xh=1): the
+    launch where an FP16 input is copied to shared memory as it is, with no conversion left. The engine hands
+    FP16 from the conv before only to these (sp18 and sp19 L2: 1.033-1.039x the fast pass on an H100; on fa18 and
+    fa19 L2, fp32-image launches, 1.01-1.02x, benchmarks/2026-11-28-h100-fast-first-conv-fp16-handoff)."""
+    config = tuned_config(M, C, H, W, K, precision) or {}
+    return (config.get("kernel") or default_kernel(C, K, M)) == "gather" and bool(config.get("xh"))
+
+
 def default_kernel(C: int, K: int, M: int = 0) -> str:
     """The kernel for a layer with no tuned entry: pairs for one channel, K <= 7 and 6 to 24 maps (where it
     won, B still fitting in registers), rows for other one-channel layers up to K = 9, else gather."""
