@@ -27,10 +27,12 @@ do not carry over between batch sizes passes ``batch_match="exact"`` as well: th
 very batch counts (cuda-igemm: a split-K chosen for one image would starve the GPU at 64).
 
 ``gpu`` names the GPU that measured the entry (torch.cuda.get_device_name()). One shape may hold entries of
-several GPUs: ``lookup`` first keeps the entries measured on the running GPU (``gpu=None``, the default, asks
-torch which GPU that is; ``gpu=""`` looks at every entry), and takes the others only when this GPU measured
-none: a launch shape measured on another GPU is still better evidence than the module's model. So an H100's
-sweep adds its winners beside the H200's instead of replacing them, and each GPU runs its own.
+several GPUs for one batch: of the entries at the batch ``lookup`` settles on, it takes the running GPU's where
+there is one (``gpu=None``, the default, asks torch which GPU that is; ``gpu=""`` looks at every entry), else
+another GPU's: a launch shape measured on another GPU is still better evidence than the module's model. The batch
+decides first: a batch-10 entry of another GPU serves 10 images better than this GPU's batch-10000 entry (small
+batches are another regime, with their own launch shapes). So an H100's sweep adds its winners beside the H200's
+instead of replacing them, and each GPU runs its own.
 
 Only measurements live here: the modelled defaults for other shapes stay in the implementation modules. Files
 are package data, read through importlib.resources, validated on first use (a ``TuningError`` names the file
@@ -227,20 +229,20 @@ def running_gpu() -> str:
 def select(candidates: Iterable[dict], triton: Optional[tuple] = None, batch: Optional[int] = None,
            batch_match: str = "nearest", gpu: str = "") -> Optional[dict]:
     """Of one shape's entries, the one for this Triton, batch and GPU: of those whose range holds the version,
-    the ones measured on ``gpu`` where there are any (``gpu=""``: all of them), of these the ones whose batch is
-    nearest to ``batch`` (``nearest_batch``; with ``batch_match="exact"`` only those measured at ``batch``
-    itself), of these the highest triton_min."""
+    the ones whose batch is nearest to ``batch`` (``nearest_batch``; with ``batch_match="exact"`` only those
+    measured at ``batch`` itself), of these the ones measured on ``gpu`` where there are any (``gpu=""``: all of
+    them), of these the highest triton_min."""
     if batch_match not in BATCH_MATCHES:
         raise ValueError(f"batch_match must be one of {', '.join(BATCH_MATCHES)}, got {batch_match!r}")
     found = [e for e in candidates if _holds(e, triton)]
     if not found:
         return None
-    if gpu:
-        found = [e for e in found if e["gpu"] == gpu] or found
     chosen = nearest_batch((entry_batch(e) for e in found), batch)
     if batch_match == "exact" and chosen != (DEFAULT_BATCH if batch is None else batch):
         return None
     found = [e for e in found if entry_batch(e) == chosen]
+    if gpu:
+        found = [e for e in found if e["gpu"] == gpu] or found
     return max(found, key=lambda e: version_tuple(e["triton_min"]) if "triton_min" in e else (-1, -1))
 
 
