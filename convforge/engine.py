@@ -459,13 +459,12 @@ class Engine:
         j = i + 1 + fusion[2]
         if j >= len(walk) or not isinstance(walk[j][0], Conv):
             return -1
+        layer, _, (channels, height, width), _ = walk[j]
         following = fusion_after(walk, j) if fuse and self.impl.fuses else None
-        impl = self._layer_impl(walk[j][2][0], walk[j][0].out_channels, following)
+        impl = self._layer_impl(channels, layer.out_channels, following)
         if impl.name != FAST_CONV or (following and impl.fuses):
             return -1
         from convforge.conv import cuda_tc
-        channels, height, width = walk[j][2]
-        layer = walk[j][0]
         return j if cuda_tc.stages_half_pairs(layer.out_channels, channels, height, width, layer.kernel) else -1
 
     def _layer_impl(self, channels: int, maps: int, fusion) -> conv.ConvImpl:

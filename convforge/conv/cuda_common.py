@@ -331,6 +331,14 @@ def cdiv(a: int, b: int) -> int:
 
 # -- the ConvFn contract -----------------------------------------------------------------------------
 
+def is_half(name: str, dtype: torch.dtype) -> bool:
+    """Whether a prepare's ``name`` dtype (out_dtype, in_dtype) asks for FP16 rather than float32, the two the
+    kernels read and write; anything else is an error naming the argument."""
+    if dtype not in (torch.float32, torch.float16):
+        raise ValueError(f"{name} must be torch.float32 or torch.float16, got {dtype}")
+    return dtype == torch.float16
+
+
 def check_weight(weight: torch.Tensor, bias: Optional[torch.Tensor],
                  square: bool = True) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """Float32, contiguous weight (M, C, K, K), or (M, C, KH, KW) where not ``square``, and bias (M,) on one

@@ -244,18 +244,11 @@ class DirectLayer:
         return cc.finish(y, result)
 
 
-def half_output(out_dtype: torch.dtype) -> bool:
-    """Whether ``out_dtype`` asks for FP16 (float16) rather than float32; anything else is an error."""
-    if out_dtype not in (torch.float32, torch.float16):
-        raise ValueError(f"out_dtype must be torch.float32 or torch.float16, got {out_dtype}")
-    return out_dtype == torch.float16
-
-
 def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, config=None, input_hw=None,
             out_dtype: torch.dtype = torch.float32):
     """``out_dtype=torch.float16``: y in FP16 (values past 65504 become +-Inf: the caller bounds them)."""
     weight, bias = cc.check_weight(weight, bias)
-    half = half_output(out_dtype)
+    half = cc.is_half("out_dtype", out_dtype)
     return cc.per_input_size(weight, lambda h, w: DirectLayer(weight, bias, h, w, 1, 0, config, half), input_hw)
 
 
@@ -263,5 +256,5 @@ def prepare_fused(weight: torch.Tensor, bias: Optional[torch.Tensor], activation
                   config=None, input_hw=None, out_dtype: torch.dtype = torch.float32):
     weight, bias = cc.check_weight(weight, bias)
     act, pool = cc.fusion_codes(activation, pool)
-    half = half_output(out_dtype)
+    half = cc.is_half("out_dtype", out_dtype)
     return cc.per_input_size(weight, lambda h, w: DirectLayer(weight, bias, h, w, pool, act, config, half), input_hw)

@@ -76,7 +76,7 @@ def prepare_fused(weight: torch.Tensor, bias: Optional[torch.Tensor], activation
     weight, bias = cc.check_weight(weight, bias)
     act, pool = cc.fusion_codes(activation, pool)
     kind, cfg = design(weight.shape[1], config)
-    half = direct.half_output(out_dtype)
+    half = cc.is_half("out_dtype", out_dtype)
 
     def make(h: int, w: int):
         if kind == "direct":

@@ -494,13 +494,10 @@ def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, precision
     precision only); float32 inputs still work (a second kernel, compiled at the first such call)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
-    for name, dtype in (("out_dtype", out_dtype), ("in_dtype", in_dtype)):
-        if dtype not in (torch.float32, torch.float16):
-            raise ValueError(f"{name} must be torch.float32 or torch.float16, got {dtype}")
-    if in_dtype == torch.float16 and precision != "fp16":
+    half, half_in = cc.is_half("out_dtype", out_dtype), cc.is_half("in_dtype", in_dtype)
+    if half_in and precision != "fp16":
         raise ValueError(f"in_dtype=torch.float16 needs precision fp16 (TF32 reads fp32), got {precision}")
     weight, bias = cc.check_weight(weight, bias)
-    half, half_in = out_dtype == torch.float16, in_dtype == torch.float16
     dtypes = (torch.float32, torch.float16) if half_in else (torch.float32,)
     return cc.per_input_size(weight, lambda h, w: layer(weight, bias, h, w, precision, config, half, half_in),
                              input_hw, dtypes)
