@@ -249,7 +249,7 @@ def select(candidates: Iterable[dict], triton: Optional[tuple] = None, batch: Op
 def lookup_entry(impl: str, *, triton: Optional[tuple] = None, batch: Optional[int] = None,
                  batch_match: str = "nearest", gpu: Optional[str] = None, **shape) -> Optional[dict]:
     """The whole measured entry of ``impl`` for one layer shape and batch (a copy), or None; ``gpu``: see the
-    module docstring (None: the running GPU's entries first)."""
+    module docstring (None: at the chosen batch, the running GPU's entry first)."""
     fields, table = _index(impl)
     if fields is None:
         return None
@@ -265,8 +265,8 @@ def lookup(impl: str, *, triton: Optional[tuple] = None, batch: Optional[int] = 
     """The measured config of ``impl`` for one layer shape (a copy), or None (the module then models one).
     ``triton``: the running Triton's (major, minor), for files with version-keyed entries; ``batch``: the
     call's images, for files with entries at several batches (None: the B = 10000 entries); ``batch_match``:
-    "nearest" (log scale) or "exact" (only an entry measured at ``batch``); ``gpu``: whose entries come first
-    (None: the running GPU's)."""
+    "nearest" (log scale) or "exact" (only an entry measured at ``batch``); ``gpu``: whose entry comes first at
+    the chosen batch (None: the running GPU's)."""
     entry = lookup_entry(impl, triton=triton, batch=batch, batch_match=batch_match, gpu=gpu, **shape)
     return None if entry is None else entry["config"]
 
