@@ -894,3 +894,100 @@ def test_tc_half_input_refuses_tf32():
         cuda_tc.prepare(torch.randn(4, 2, 3, 3), None, precision="tf32", in_dtype=torch.float16)
     geom = cuda_tc.plan(16, 6, 22, 22, 5, "fp16", {"xh": 1}, in_half=True)
     assert geom.in_half and geom.xsmem and geom.spec().constant("CF_IN_HALF") == 1
+
+
+# -- the pool kernel (cuda/tc_pool.cu): conv + act + 2x2 max pool on FP16 tensor cores, each window in one lane --
+# (B, M, C, H, W, K), activation, launch config (None: the tuned or modelled one). Odd widths and heights (a conv
+# row or column past the last window), one and several channels, one to five column tiles a warp tile, units that
+# straddle images, both staging modes, a 1x1 pooled map.
+TC_POOL_CASES = (
+    ((3, 4, 1, 16, 18, 7), "relu", None), ((2, 5, 1, 12, 12, 5), "tanh", None),
+    ((3, 6, 2, 13, 15, 3), "sigmoid", {"ib": 2, "nc": 1}), ((4, 9, 1, 11, 20, 5), None, {"pipe": 2, "mt": 3}),
+    ((2, 4, 1, 30, 30, 7), "relu", {"nc": 5, "cs": 1}), ((5, 3, 1, 11, 10, 9), "tanh", {"nt": 64}),
+    ((1, 1, 1, 2, 2, 1), "relu", None), ((3, 7, 1, 4, 3, 2), None, {"ib": 3, "nc": 2}),
+    ((1, 12, 1, 40, 38, 5), "tanh", {"mt": 4, "nt": 64}),   # one unit's 48 tiles split over blocks (grid.y)
+)
+
+
+def _check_tc_pool(shape, activation, config, device, seed):
+    """prepare_fused of cuda-tc-fp16 on the pool kernel: float32 and FP16 outputs within the reduced tolerance of
+    float64 (poisoned out and fresh); then NaN / +-Inf / an FP16-overflowing input: NaN and Inf where torch's fp32
+    conv + activation + max pool put them, finite values within 1e-2 x their window terms' magnitude."""
+    from convforge.conv import cuda_tc
+    x, w, b = _data(shape, seed=seed, bias=seed % 2 == 0, unit=True)
+    w, b = w.to(device), None if b is None else b.to(device)
+    ref = _reference(x, w.cpu(), None if b is None else b.cpu(), activation, 2)
+    fn = cuda_tc.prepare_fused(w, b, activation, 2, precision="fp16", config=config)
+    layer = fn.layer_for(shape[3], shape[4])
+    assert isinstance(layer, cuda_tc.PoolLayer)
+    if layer.geom.tiles >= 2 * layer.geom.nt // 32 and shape[0] <= layer.geom.ib:
+        assert layer.grid(shape[0])[1] > 1, "a unit's tiles are split over blocks when units are few"
+    _check(fn, x.to(device), ref, 1e-2, f"tc pool {shape} {activation} {config}")
+    half = cuda_tc.prepare_fused(w, b, activation, 2, precision="fp16", config=config, out_dtype=torch.float16)
+    out = torch.full(ref.shape, float("nan"), dtype=torch.float16, device=device)
+    got = half(x.to(device), out=out)
+    assert got is out and relative_error(got.float(), ref) <= 1e-2, f"tc pool FP16 out {shape}"
+    spots = _nonfinite_spots(shape, seed, fp16_overflow=True)
+    for i, c, h, col, value in spots:
+        x[i, c, h, col] = value
+    act = {None: lambda v: v, "tanh": torch.tanh, "relu": torch.relu, "sigmoid": torch.sigmoid}[activation]
+    want = act(F.max_pool2d(F.conv2d(x, w.cpu(), None if b is None else b.cpu()), 2)).numpy().astype(np.float64)
+    clean = torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0).abs()
+    magnitude = F.max_pool2d(torch.from_numpy(np.asarray(reference_layer(clean, w.abs().cpu(),
+                                                                      None if b is None else b.abs().cpu()))), 2)
+    for run in (fn, half):
+        got = run(x.to(device)).float().cpu().numpy().astype(np.float64)
+        assert_nonfinite_as_torch(got, want, np.asarray(_reference(x, w.cpu(), None if b is None else b.cpu(),
+                                                                   activation, 2), dtype=np.float64),
+                                  1e-2 * np.asarray(magnitude, dtype=np.float64) + (1e-3 if run is half else 0.0),
+                                  f"tc pool {shape} {activation} {config} spots={spots}")
+
+
+@needs_cxx
+@pytest.mark.slow
+@pytest.mark.parametrize("case", TC_POOL_CASES, ids=lambda c: "B%d-M%d-C%d-H%d-W%d-K%d" % c[0] + f"-{c[1]}")
+def test_emulated_tc_pool_kernel(emulation, case):
+    _check_tc_pool(*case, "cpu", zlib.crc32(repr(case).encode()))
+
+
+@needs_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", TC_POOL_CASES + tuple(((1500, M, 1, H, W, K), fusion[0], None)
+                                                        for (M, C, H, W, K), fusion in PRESET_LAYERS.items()
+                                                        if C == 1 and fusion is not None and fusion[1] == 2),
+                         ids=lambda c: "B%d-M%d-C%d-H%d-W%d-K%d" % c[0] + f"-{c[1]}")
+def test_gpu_tc_pool_kernel(case):
+    """The emulated cases on the GPU (the real mma.sync fragments), and the preset first convs at 1500 images."""
+    _check_tc_pool(*case, "cuda", zlib.crc32(repr(case).encode()))
+
+
+@needs_cxx
+def test_emulated_tc_fused_beyond_the_pool_kernel(emulation):
+    """What the pool kernel does not serve (TF32, a pool of 3, K > 9) runs the unfused kernel and torch's pool."""
+    from convforge.conv import cuda_tc
+    for shape, activation, pool, precision in (((2, 4, 1, 14, 15, 5), "tanh", 2, "tf32"),
+                                               ((2, 4, 1, 14, 15, 5), "relu", 3, "fp16"),
+                                               ((1, 3, 1, 14, 12, 11), None, 2, "fp16")):
+        x, w, b = _data(shape, seed=pool, bias=True, unit=True)
+        fn = cuda_tc.prepare_fused(w, b, activation, pool, precision=precision)
+        assert isinstance(fn.layer_for(shape[3], shape[4]), cuda_tc.UnfusedPool)
+        _check(fn, x, _reference(x, w, b, activation, pool), 1e-2, f"tc fused {shape} {pool} {precision}")
+
+
+def test_tc_pool_planning():
+    """The pool kernel's geometry: pitches of 4 or 12 (mod 16) floats (conflict-free 8-byte loads of rows two
+    apart), column tiles without padding on the preset first convs, the tuned or modelled launch as a config."""
+    from convforge.conv import cuda_tc
+    for M, H, K, nc in ((50, 28, 5, 3), (6, 64, 5, 4), (6, 48, 5, 3), (12, 72, 7, 3), (12, 70, 5, 3), (4, 86, 7, 5)):
+        g = cuda_tc.plan_pool(M, 1, H, H, K)
+        assert g.pitch % 16 in (4, 12) and g.pitch >= max(H, g.cg * g.nc * 8 + 8)
+        assert g.nc == nc and g.ct <= g.cg * g.nc and g.mt * g.nc * 4 <= cuda_tc.ROWS_MAX_ACC
+        assert cuda_tc.pool_config(M, 1, H, H, K)["nc"] == g.nc
+    assert cuda_tc.plan_pool(4, 1, 86, 86, 7, config={"pipe": 2}).smem_bytes > \
+        cuda_tc.plan_pool(4, 1, 86, 86, 7, config={"pipe": 2, "ib": 1}).smem_bytes / 2
+    assert not cuda_tc.pool_serves(1, 28, 28, 11, 2, "fp16") and not cuda_tc.pool_serves(1, 28, 28, 5, 2, "tf32")
+    assert not cuda_tc.pool_serves(1, 5, 5, 5, 2, "fp16") and not cuda_tc.pool_serves(1, 28, 28, 5, 4, "fp16")
+    with pytest.raises(ValueError, match="unknown launch parameters"):
+        cuda_tc.plan_pool(4, 1, 30, 30, 5, config={"rm": 2})
+    with pytest.raises(ValueError, match="bad launch parameters"):
+        cuda_tc.plan_pool(4, 1, 30, 30, 5, config={"nc": 5, "mt": 6})

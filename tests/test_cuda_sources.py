@@ -64,6 +64,10 @@ def _specs() -> list[tuple[str, cc.KernelSpec]]:
                 specs.setdefault(spec, f"cuda_fused_layer {activation}+pool{pool} {label}")
             for spec in cuda_direct.kernel_specs(*shape, pool=pool, activation=cc.activation_code(activation)):
                 specs.setdefault(spec, f"cuda_direct {activation}+pool{pool} {label}")
+            if cuda_tc.pool_serves(*shape[1:], pool, "fp16"):   # the fast path's fused first convs
+                for spec in cuda_tc.kernel_specs(*shape, precision="fp16", pool=pool,
+                                                 activation=cc.activation_code(activation)):
+                    specs.setdefault(spec, f"cuda_tc pool {activation}+pool{pool} {label}")
     # cuda-direct's sweep-only knobs: several rows per thread (plain and fused), a minimum-blocks bound, a rolled loop
     for shape, pool, config in (((50, 1, 28, 28, 5), 1, {"mg": 7, "r": 4, "nt": 128, "rows": 2, "minb": 4}),
                                 ((6, 1, 48, 48, 5), 2, {"mg": 6, "r": 4, "nt": 128, "rows": 2}),
@@ -115,8 +119,8 @@ def test_nvcc_compiles_for_sm90(label, spec, tmp_path):
         # 16-wide k tile against 96 HMMA): allowed up to 16 bytes, no more
         spilled = [int(v) for v in re.findall(r"(\d+) bytes spill stores", done.stderr)]
         assert spilled and max(spilled) <= 16, f"{label}: spills\n{done.stderr}"
-    elif spec.source in ("regtile.cu", "tc.cu", "tc_rows.cu", "tc_pairs.cu", "direct.cu", "dense_gemv.cu",
-                         "dense_tiles.cu"):
+    elif spec.source in ("regtile.cu", "tc.cu", "tc_rows.cu", "tc_pairs.cu", "tc_pool.cu", "direct.cu",
+                         "dense_gemv.cu", "dense_tiles.cu"):
         # the register tiles must stay in registers: no kernel entry spills or has a stack frame (a called
         # device function, such as the tensor-core kernels' non-finite pass, may have its own frame)
         report = done.stderr

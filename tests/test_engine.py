@@ -95,17 +95,25 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 def test_fast_path_picks_its_kernel_per_layer(monkeypatch):
     """The fast path's choice per conv layer: unfused many-channel layers on cuda-tc-fp16, fused ones with few maps
-    on triton-tc-fused (fa20 L2), fused ones with more maps and one-channel layers on the exact kernel."""
-    from convforge import conv
+    on triton-tc-fused (fa20 L2), fused ones with more maps on the exact kernel; fused one-channel layers with a 2x2
+    pool on cuda-tc-fp16's pool kernel, other one-channel layers on the exact kernel."""
+    from convforge import conv, engine as engine_module
     monkeypatch.setattr(conv.ConvImpl, "unavailable_reason", lambda self, device: None)   # as on a GPU
     engine = Engine.__new__(Engine)
     engine.precision, engine.device, engine.impl = "fast", "cuda", conv.get("cuda-auto")
-    assert engine._layer_impl(4, 16, ("relu", 4, 2)).name == "triton-tc-fused"
-    assert engine._layer_impl(12, 24, ("tanh", 2, 2)).name == "cuda-auto"
-    assert engine._layer_impl(6, 16, None).name == "cuda-tc-fp16"
-    assert engine._layer_impl(1, 6, ("tanh", 2, 2)).name == "cuda-auto"
+    assert engine._layer_impl(4, 16, ("relu", 4, 2), 7).name == "triton-tc-fused"
+    assert engine._layer_impl(12, 24, ("tanh", 2, 2), 7).name == "cuda-auto"
+    assert engine._layer_impl(6, 16, None, 5).name == "cuda-tc-fp16"
+    assert engine._layer_impl(1, 6, ("tanh", 2, 2), 5).name == "cuda-tc-fp16"
+    assert engine._layer_impl(1, 4, ("relu", 2, 2), 7).name == "cuda-tc-fp16"
+    assert engine._layer_impl(1, 6, ("tanh", 3, 2), 5).name == "cuda-auto"     # pool 3: not the pool kernel's
+    assert engine._layer_impl(1, 6, ("tanh", 2, 2), 11).name == "cuda-auto"    # K 11: nor this
+    assert engine._layer_impl(1, 6, None, 5).name == "cuda-auto"
+    monkeypatch.setattr(engine_module, "FAST_FIRST_POOL", False)
+    assert engine._layer_impl(1, 6, ("tanh", 2, 2), 5).name == "cuda-auto"
     engine.precision = "exact"
-    assert engine._layer_impl(4, 16, ("relu", 4, 2)).name == "cuda-auto"
+    assert engine._layer_impl(4, 16, ("relu", 4, 2), 7).name == "cuda-auto"
+    assert engine._layer_impl(1, 6, ("tanh", 2, 2), 5).name == "cuda-auto"
 
 
 def test_fast_path_hands_fp16_to_dense_only_where_the_weights_bound_it():

@@ -12,7 +12,7 @@ import pytest
 
 from convforge import tuning
 
-FILES = ("cuda-auto", "cuda-direct", "cuda-fused-gemm", "cuda-igemm", "cuda-tc", "triton-direct")
+FILES = ("cuda-auto", "cuda-direct", "cuda-fused-gemm", "cuda-igemm", "cuda-tc", "cuda-tc-pool", "triton-direct")
 
 
 def _entry(**changes) -> dict:

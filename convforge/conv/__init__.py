@@ -195,9 +195,11 @@ IMPLEMENTATIONS: tuple[ConvImpl, ...] = (
              "implicit GEMM: unroll fused into a register-tiled matmul, compile-time shapes, __restrict__",
              ("cupy",), install_hint=_CUPY),
     ConvImpl("cuda-tc-tf32", "cuda_tc", ("cuda",), "tf32",
-             "implicit GEMM on tensor cores, TF32 inputs, fp32 accumulate", ("cupy",), install_hint=_CUPY),
+             "implicit GEMM on tensor cores, TF32 inputs, fp32 accumulate; fused act + pool by torch after it", ("cupy",), fuses=True,
+             install_hint=_CUPY),
     ConvImpl("cuda-tc-fp16", "cuda_tc", ("cuda",), "fp16",
-             "implicit GEMM on tensor cores, FP16 inputs, fp32 accumulate", ("cupy",), install_hint=_CUPY),
+             "implicit GEMM on tensor cores, FP16 inputs, fp32 accumulate; fused act + 2x2 pool in the epilogue (conv rows of a window in one lane)", ("cupy",), fuses=True,
+             install_hint=_CUPY),
     ConvImpl("cuda-igemm-3xtf32", "cuda_igemm", ("cuda",), "tf32x3",
              "implicit GEMM over the whole batch on tensor cores, split TF32 (3 products, fp32-accurate: exact "
              "tolerance), cp.async multi-stage tiles; for many-channel layers", ("cupy",), install_hint=_CUPY),

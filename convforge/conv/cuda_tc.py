@@ -62,6 +62,7 @@ DEFAULT_CONFIG = {"rm": 2, "nt": 256, "round": 1}
 # 6-10 % (rows kernel, 0.537 against 0.571 ms in one process); measured relative error 3.5e-04 against 3.4e-04.
 ROWS_SOURCE = "tc_rows.cu"
 PAIRS_SOURCE = "tc_pairs.cu"
+POOL_SOURCE = "tc_pool.cu"
 KERNELS = ("gather", "rows", "pairs")
 PAIRS_MAX_B = 96               # B fragment words per lane (NTL * C * k steps * 2)
 # Registers a lane needs, estimated as B words + rt * (4 accumulators per map tile + 12 for the tile's
@@ -314,6 +315,101 @@ def plan_rows(M: int, C: int, H: int, W: int, K: int, precision: str, config: Op
     return geom
 
 
+@dataclass(frozen=True)
+class PoolGeometry(LayerShape):
+    """tc_pool.cu's derived constants (mirrors the constexprs at the top of the kernel): conv + act + 2x2 pool."""
+    mt: int = 4
+    nc: int = 4
+    ib: int = 1
+    nt: int = 128
+    pipe: int = 1
+    cs: int = 0
+    act: int = 0
+    out_half: bool = False
+    @property
+    def hp(self): return self.ho // 2
+    @property
+    def wp(self): return self.wo // 2
+    @property
+    def ct(self): return cc.cdiv(2 * self.wp, 8)
+    @property
+    def cg(self): return cc.cdiv(self.ct, self.nc)
+    @property
+    def rt(self): return cc.cdiv(self.ib * self.hp, 8)
+    @property
+    def mg(self): return cc.cdiv(self.M, self.mt)
+    @property
+    def tiles(self): return self.rt * self.cg * self.mg
+    @property
+    def pitch(self): return (max(self.cg * self.nc * 8 + 8, self.W) + 3) // 8 * 8 + 4
+    @property
+    def xs_floats(self): return (2 if self.pipe == 2 else 1) * cc.cdiv(self.ib * self.C * self.H * self.pitch, 4) * 4
+    @property
+    def ws_words(self): return self.mg * self.mt * self.C * self.K * ROWS_WROW
+    @property
+    def smem_bytes(self): return 4 * (self.xs_floats + self.ws_words)
+    @property
+    def use(self):
+        """Share of the unit's tensor-core rows and warp turns doing stored work (pooled rows in 8-row tiles,
+        tiles over the block's warps)."""
+        warps = self.nt // 32
+        return self.ib * self.hp / (8.0 * self.rt) * self.tiles / (cc.cdiv(self.tiles, warps) * warps)
+
+    def spec(self) -> cc.KernelSpec:
+        return cc.KernelSpec.of(POOL_SOURCE, CF_M=self.M, CF_C=self.C, CF_H=self.H, CF_W=self.W, CF_K=self.K,
+                                CF_ACT=self.act, CF_MT=self.mt, CF_NC=self.nc, CF_IB=self.ib, CF_NT=self.nt,
+                                CF_PIPE=self.pipe, **({"CF_STREAM_STORES": 1} if self.cs else {}),
+                                **({"CF_OUT_HALF": 1} if self.out_half else {}))
+
+
+POOL_CONFIG_KEYS = ("mt", "nc", "ib", "nt", "pipe", "cs")
+
+
+def pool_config(M: int, C: int, H: int, W: int, K: int) -> dict:
+    """The pool kernel's launch shape for this layer (tuned, else modelled), as a config dict."""
+    geom = plan_pool(M, C, H, W, K)
+    return {key: getattr(geom, key) for key in POOL_CONFIG_KEYS}
+
+
+def pool_serves(C: int, H: int, W: int, K: int, pool: int, precision: str) -> bool:
+    """Whether tc_pool.cu computes this fused layer: FP16, a 2x2 pool with a whole window, K <= 9."""
+    return precision == "fp16" and pool == 2 and K <= 9 and H - K + 1 >= 2 and W - K + 1 >= 2
+
+
+def plan_pool(M: int, C: int, H: int, W: int, K: int, act: int = 0, config: Optional[dict] = None,
+              smem_optin: int = SMEM_OPTIN_DEFAULT, out_half: bool = False) -> PoolGeometry:
+    if not pool_serves(C, H, W, K, 2, "fp16"):
+        raise ValueError(f"the pool kernel needs K <= 9 and a conv output of at least 2x2 (got K {K}, "
+                         f"{H}x{W} input)")
+    cfg = dict(tuning.lookup("cuda-tc-pool", M=M, C=C, H=H, W=W, K=K, pool=2) or {} if config is None else config)
+    cfg.pop("kernel", None)
+    unknown = set(cfg) - set(POOL_CONFIG_KEYS)
+    if unknown:
+        raise ValueError(f"unknown launch parameters {sorted(unknown)}")
+    ct = cc.cdiv(2 * ((W - K + 1) // 2), 8)
+    # column tiles per warp tile: no padded tile where 3-5 allow it (fa20 10 tiles: 5; fa17 3: 3; sp18 8: 4)
+    if "nc" in cfg:
+        nc = int(cfg["nc"])
+    else:
+        nc = ct if ct <= 2 else min((3, 4, 5), key=lambda n: (cc.cdiv(ct, n) * n - ct, -n))
+    mt = int(cfg.get("mt", 0)) or _rows_maps_per_tile(M, nc)
+    nt = int(cfg.get("nt", 128))
+    if nc < 1 or mt < 1 or mt * nc * 4 > ROWS_MAX_ACC or nt % 32 or not 32 <= nt <= 1024:
+        raise ValueError(f"bad launch parameters {cfg} (mt * nc * 4 <= {ROWS_MAX_ACC}, nt a multiple of 32)")
+    base = PoolGeometry(M, C, H, W, K, "fp16", mt, nc, 1, nt, _option(cfg, "pipe", {1: "one staging buffer", 2: "two"}),
+                        _option(cfg, "cs", CS_CHOICES), act, out_half)
+    if "ib" in cfg:
+        geoms = [replace(base, ib=int(cfg["ib"]))]
+    else:  # images per unit: the most stored work per warp turn, small enough for several blocks per SM
+        geoms = sorted((g for g in (replace(base, ib=ib) for ib in range(1, 9)) if g.smem_bytes <= smem_optin),
+                       key=lambda g: (g.smem_bytes > min(smem_optin, 64 * 1024), -round(g.use, 3), g.ib))
+        geoms = geoms or [base]
+    geom = geoms[0]
+    if geom.ib < 1 or geom.smem_bytes > smem_optin:
+        raise ValueError(f"the pool kernel's tile ({geom.smem_bytes} bytes) does not fit shared memory")
+    return geom
+
+
 def tuned_config(M: int, C: int, H: int, W: int, K: int, precision: str) -> Optional[dict]:
     """The measured winner for this layer and precision (convforge/tuning/cuda-tc.json), or None."""
     return tuning.lookup("cuda-tc", M=M, C=C, H=H, W=W, K=K, precision=precision)
@@ -351,8 +447,12 @@ def plan_any(M: int, C: int, H: int, W: int, K: int, precision: str, config: Opt
                 in_half)
 
 
-def kernel_specs(M: int, C: int, H: int, W: int, K: int, precision: str = "tf32", config=None,
-                 **_) -> list[cc.KernelSpec]:
+def kernel_specs(M: int, C: int, H: int, W: int, K: int, precision: str = "tf32", config=None, pool: int = 1,
+                 activation: int = 0, **_) -> list[cc.KernelSpec]:
+    if pool > 1 and pool_serves(C, H, W, K, pool, precision):   # prepare_fused's pool kernel
+        return [plan_pool(M, C, H, W, K, activation, config).spec()]
+    if pool > 1:
+        config = None   # prepare_fused's unfused kernel takes no launch config
     if config is not None:
         return [plan_any(M, C, H, W, K, precision, config).spec()]
     # what prepare() runs (the tuned or default kernel) and every kernel's default: each must compile
@@ -483,6 +583,90 @@ def layer(weight, bias, H: int, W: int, precision: str, config=None, half_output
         config = tuned_config(M, C, H, W, K, precision)
     kind = (config or {}).get("kernel") or default_kernel(C, K, M)
     return TcLayer(weight, bias, H, W, precision, {**(config or {}), "kernel": kind}, half_output, half_input)
+
+
+class PoolLayer:
+    """tc_pool.cu for one input size: conv + bias + activation + 2x2 max pool on FP16 tensor cores, the pooled
+    map written (float32, or FP16 for ``half_output``); loops over units of ``geom.ib`` images. Outputs of a block
+    that met a non-finite input are recomputed in exact fp32 inside the kernel."""
+
+    def __init__(self, weight, bias, H: int, W: int, act: int, config: Optional[dict], half_output: bool):
+        M, C, K, _ = weight.shape
+        self.device = weight.device
+        info = cc.device_info(self.device)
+        self.geom = plan_pool(M, C, H, W, K, act, config, info.smem_per_block_optin, half_output)
+        self.out_dtype = torch.float16 if half_output else torch.float32
+        self.weight = weight.float().contiguous().clone()   # the exact redo's
+        self.packed = pack_rows(weight, self.geom)
+        self.bias = bias
+        self.kernel = cc.kernel(self.geom.spec(), "conv_tc_pool", self.device)
+        self.grid_cap = info.sm_count * max(1, self.kernel.blocks_per_sm(self.geom.nt, self.geom.smem_bytes))
+
+    def grid(self, B: int) -> tuple[int, int]:
+        """(blocks over units, blocks sharing a unit's tiles): where there are fewer units than resident blocks
+        (small batches), each unit's warp tiles are split over up to grid_cap / units blocks, at least one tile a
+        warp (each such block stages the unit's images itself)."""
+        g = self.geom
+        units = cc.cdiv(B, g.ib)
+        if units >= self.grid_cap:
+            return self.grid_cap, 1
+        return units, max(1, min(cc.cdiv(self.grid_cap, units), g.tiles // (g.nt // 32)))
+
+    def __call__(self, x: torch.Tensor, out: Optional[torch.Tensor]) -> torch.Tensor:
+        g = self.geom
+        B = x.shape[0]
+        if B > cc.INT32_MAX - g.ib:
+            raise ValueError(f"batch {B} is too large for one launch (at most {cc.INT32_MAX - g.ib})")
+        y, result = cc.output(out, (B, g.M, g.hp, g.wp), x, self.out_dtype)
+        if y.numel():
+            self.kernel(self.grid(B), (g.nt,), (cc.ptr(y), cc.ptr(x), cc.ptr(self.packed), cc.ptr(self.weight),
+                                                cc.ptr(self.bias), cc.i32(B)), shared_mem=g.smem_bytes)
+        return cc.finish(y, result)
+
+
+_TORCH_ACTIVATIONS = {0: None, 1: torch.tanh, 2: torch.relu, 3: torch.sigmoid}
+
+
+class UnfusedPool:
+    """A fused layer the pool kernel does not serve (TF32, another pool, K > 9): the unfused tensor-core conv,
+    then torch's max pool and activation (act(max) == max(act): all are monotone)."""
+
+    def __init__(self, weight, bias, H: int, W: int, precision: str, act: int, pool: int, half_output: bool):
+        self.conv = layer(weight, bias, H, W, precision)
+        self.act, self.pool = _TORCH_ACTIVATIONS[act], pool
+        self.out_dtype = torch.float16 if half_output else torch.float32
+
+    def __call__(self, x: torch.Tensor, out: Optional[torch.Tensor]) -> torch.Tensor:
+        y = self.conv(x, None).float()
+        if min(y.shape[2:]) < self.pool:   # no whole window: an empty map, as the fused kernels' floor
+            y = y[:, :, :y.shape[2] // self.pool, :y.shape[3] // self.pool]
+        else:
+            y = torch.nn.functional.max_pool2d(y, self.pool)
+        y = self.act(y) if self.act is not None else y
+        if out is None:
+            return y.to(self.out_dtype)
+        buffer, result = cc.output(out, tuple(y.shape), x, self.out_dtype)
+        buffer.copy_(y)
+        return cc.finish(buffer, result)
+
+
+def prepare_fused(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Optional[str], pool: int,
+                  precision: str = "fp16", config=None, input_hw=None, out_dtype: torch.dtype = torch.float32):
+    """conv + bias + activation + max pool: the pool kernel (tc_pool.cu) where it serves the layer (FP16, 2x2
+    pool, K <= 9; ``config`` is its launch shape), else the unfused kernel and torch's pool. ``out_dtype``:
+    float16 writes the pooled map in FP16 (for a consumer that reads FP16; callers bound the values)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    weight, bias = cc.check_weight(weight, bias)
+    act, pool = cc.fusion_codes(activation, pool)
+    half = cc.is_half("out_dtype", out_dtype)
+    M, C, K, _ = weight.shape
+
+    def make(h: int, w: int):
+        if pool_serves(C, h, w, K, pool, precision):
+            return PoolLayer(weight, bias, h, w, act, config, half)
+        return UnfusedPool(weight, bias, h, w, precision, act, pool, half)
+    return cc.per_input_size(weight, make, input_hw)
 
 
 def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, precision: str = "tf32", config=None,

@@ -86,6 +86,8 @@ def _chosen(impl, M: int, C: int, H: int, W: int, K: int, pool: int):
     if name == "cuda-fused-layer":
         from convforge.conv import cuda_direct, cuda_fused_gemm
         return cuda_direct.plan(M, C, H, W, K, pool) if C == 1 else cuda_fused_gemm.plan(M, C, H, W, K, pool).cfg
+    if name.startswith("cuda-tc-") and pool > 1:
+        return module.pool_config(M, C, H, W, K) if module.pool_serves(C, H, W, K, pool, impl.precision) else None
     if name.startswith("cuda-tc-"):
         return dict(module.tuned_config(M, C, H, W, K, impl.precision) or {"kernel": module.default_kernel(C, K, M)})
     if name == "triton-direct":
@@ -120,6 +122,29 @@ def _tc_candidates(module, M, C, H, W, K, precision) -> list[dict]:
     return configs
 
 
+def _tc_pool_candidates(module, M, C, H, W, K) -> list[dict]:
+    """The pool kernel (fused conv + act + 2x2 pool): column tiles a warp tile, images per unit, threads,
+    pipelining, maps per tile, evict-first stores."""
+    base = module.pool_config(M, C, H, W, K)
+    variants = [{"nc": nc} for nc in (2, 3, 4, 5)] + [{"ib": ib} for ib in (1, 2, 4)] + \
+               [{"nt": nt} for nt in (64, 256)] + [{"pipe": 2}, {"cs": 1}, {"pipe": 2, "cs": 1}] + \
+               [{"mt": mt} for mt in sorted({module._rows_maps_per_tile(M, n) for n in (1, 2, 4)} - {base["mt"]})]
+    out = []
+    for v in variants:
+        config = dict(base, **v)
+        if "nc" in v and "mt" not in v:
+            config["mt"] = module._rows_maps_per_tile(M, v["nc"])
+        if "nc" in v or "mt" in v:
+            config.pop("ib")   # re-planned for the new tile
+        try:
+            module.plan_pool(M, C, H, W, K, config=config)
+        except ValueError:
+            continue
+        if config != base and config not in out:
+            out.append(config)
+    return out
+
+
 def candidates(impl, spec: LayerSpec, pool: int, count: int) -> list:
     """The configurations ``--variants`` times for ``impl`` on one layer (pool 1: the plain convolution)."""
     s = spec.shape
@@ -135,6 +160,8 @@ def candidates(impl, spec: LayerSpec, pool: int, count: int) -> list:
         return list(dict.fromkeys(out))
     if impl.name == "cuda-direct":
         return module.candidate_configs(M, C, H, W, K, pool)
+    if impl.name.startswith("cuda-tc-") and pool > 1:
+        return _tc_pool_candidates(module, M, C, H, W, K) if module.pool_serves(C, H, W, K, pool, impl.precision) else []
     if impl.name.startswith("cuda-tc-"):
         return _tc_candidates(module, M, C, H, W, K, impl.precision)
     if impl.name in ("triton-direct", "triton-fused-layer", "triton-tc-fused"):
@@ -324,6 +351,8 @@ def tuning_target(impl_name: str, M: int, C: int, H: int, W: int, K: int, pool: 
         from convforge.conv import cuda_direct
         target = "cuda-direct" if isinstance(config, cuda_direct.DirectConfig) else "cuda-fused-gemm"
         return target, dict(M=M, C=C, H=H, W=W, K=K, pool=pool)
+    if impl_name.startswith("cuda-tc-") and pool > 1:   # the pool kernel's launch shapes (FP16 only)
+        return ("cuda-tc-pool", dict(M=M, C=C, H=H, W=W, K=K, pool=pool)) if precision == "fp16" else None
     if impl_name.startswith("cuda-tc-"):
         return "cuda-tc", dict(M=M, C=C, H=H, W=W, K=K, precision=precision)
     if impl_name == "triton-direct":

@@ -1,7 +1,7 @@
 """The one tuning store: every measured launch configuration, one JSON file per implementation.
 
-``convforge/tuning/<impl>.json`` (cuda-direct.json, cuda-fused-gemm.json, cuda-tc.json, triton-direct.json,
-cuda-auto.json) all share one schema::
+``convforge/tuning/<impl>.json`` (cuda-direct.json, cuda-fused-gemm.json, cuda-tc.json, cuda-tc-pool.json,
+triton-direct.json, cuda-auto.json, cuda-igemm.json) all share one schema::
 
     {"impl": "cuda-direct", "schema": 1, "entries": [
       {"shape": {"M": 50, "C": 1, "H": 28, "W": 28, "K": 5, "pool": 2},     # the layer, as the module keys it

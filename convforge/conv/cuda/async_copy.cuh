@@ -42,6 +42,18 @@ __device__ __forceinline__ void copy_async16_zfill(void* dst, const void* src, b
 #endif
 }
 
+// 8 bytes, both addresses 8-byte aligned (cp.async.ca: .cg takes 16 bytes only)
+__device__ __forceinline__ void copy_async8(void* dst, const void* src)
+{
+#if defined(__CUDA_ARCH__)
+    unsigned d;
+    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(d) : "l"(dst));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" :: "r"(d), "l"(src) : "memory");
+#else
+    *static_cast<float2*>(dst) = *static_cast<const float2*>(src);
+#endif
+}
+
 __device__ __forceinline__ void copy_commit()
 {
 #if defined(__CUDA_ARCH__)
@@ -79,6 +91,24 @@ __device__ __forceinline__ void stage_rows_async(float* dst, const float* __rest
 {
     for (int row = warp; row < rows; row += NT / 32)
         for (int col = lane; col < W; col += 32) copy_async4(dst + row * PITCH + col, src + row * W + col, true);
+}
+
+// The same staging with the widest copies the rows allow, spread over all NT threads: 16 bytes where W % 4 == 0,
+// 8 where W % 2 == 0, else 4. Needs src 16-byte aligned (cuda_common.check_input's x; rows of consecutive images
+// then start at multiples of W floats) and PITCH % 4 == 0, dst 16-byte aligned. A 72-float row is 18 copies instead
+// of 72; the kernels that split a unit over several blocks (tc_pool.cu) stage it once per block.
+template <int W, int PITCH, int NT>
+__device__ __forceinline__ void stage_rows_async_wide(float* dst, const float* __restrict__ src, int rows, int tid)
+{
+    static_assert(PITCH % 4 == 0, "16-byte aligned shared rows");
+    constexpr int V = W % 4 == 0 ? 4 : W % 2 == 0 ? 2 : 1;
+    constexpr int PER_ROW = W / V;
+    for (int i = tid; i < rows * PER_ROW; i += NT) {
+        const int row = i / PER_ROW, col = (i - row * PER_ROW) * V;
+        if constexpr (V == 4) copy_async16(dst + row * PITCH + col, src + row * W + col);
+        else if constexpr (V == 2) copy_async8(dst + row * PITCH + col, src + row * W + col);
+        else copy_async4(dst + row * PITCH + col, src + row * W + col, true);
+    }
 }
 
 }  // namespace
