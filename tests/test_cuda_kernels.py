@@ -979,10 +979,12 @@ def test_tc_pool_planning():
     apart), column tiles without padding on the preset first convs, the tuned or modelled launch as a config."""
     from convforge.conv import cuda_tc
     for M, H, K, nc in ((50, 28, 5, 3), (6, 64, 5, 4), (6, 48, 5, 3), (12, 72, 7, 3), (12, 70, 5, 3), (4, 86, 7, 5)):
-        g = cuda_tc.plan_pool(M, 1, H, H, K)
+        g = cuda_tc.plan_pool(M, 1, H, H, K, config={})          # the modelled launch
         assert g.pitch % 16 in (4, 12) and g.pitch >= max(H, g.cg * g.nc * 8 + 8)
         assert g.nc == nc and g.ct <= g.cg * g.nc and g.mt * g.nc * 4 <= cuda_tc.ROWS_MAX_ACC
-        assert cuda_tc.pool_config(M, 1, H, H, K)["nc"] == g.nc
+        tuned = cuda_tc.plan_pool(M, 1, H, H, K)                  # convforge/tuning/cuda-tc-pool.json's winner
+        assert cuda_tc.pool_config(M, 1, H, H, K) == {key: getattr(tuned, key) for key in cuda_tc.POOL_CONFIG_KEYS}
+        assert tuned.ct <= tuned.cg * tuned.nc and tuned.pitch % 16 in (4, 12)
     assert cuda_tc.plan_pool(4, 1, 86, 86, 7, config={"pipe": 2}).smem_bytes > \
         cuda_tc.plan_pool(4, 1, 86, 86, 7, config={"pipe": 2, "ib": 1}).smem_bytes / 2
     assert not cuda_tc.pool_serves(1, 28, 28, 11, 2, "fp16") and not cuda_tc.pool_serves(1, 28, 28, 5, 2, "tf32")

@@ -111,4 +111,33 @@ __device__ __forceinline__ void stage_rows_async_wide(float* dst, const float* _
     }
 }
 
+// The unit loop of the kernels whose blocks walk units of images (blockIdx.x, + gridDim.x, ...: tc_rows.cu, tc_pool.cu),
+// staging through stage(dst, unit) (it issues the unit's copies). PIPE 1: one buffer, this unit's copies issued and
+// waited for (the barrier ending the previous unit freed it; the SM's other blocks compute meanwhile). PIPE 2: two
+// buffers of xs_one floats; stage_first_unit issues the block's first unit before the loop, and each step issues
+// the next unit's copies into the other buffer and then waits for this unit's, the older group.
+template <int PIPE, class Stage>
+__device__ __forceinline__ void stage_first_unit(Stage stage, float* xs, int units)
+{
+    if constexpr (PIPE == 2) {
+        if ((int)blockIdx.x < units) stage(xs, (int)blockIdx.x);
+        copy_commit();
+    }
+}
+
+template <int PIPE, class Stage>
+__device__ __forceinline__ void stage_unit(Stage stage, float* xs, int xs_one, int buf, int unit, int units)
+{
+    if constexpr (PIPE == 2) {
+        const int next = unit + (int)gridDim.x;
+        if (next < units) stage(xs + (buf ^ 1) * xs_one, next);
+        copy_commit();
+        copy_wait<1>();
+    } else {
+        stage(xs, unit);
+        copy_commit();
+        copy_wait<0>();
+    }
+}
+
 }  // namespace

@@ -196,25 +196,14 @@ conv_tc_pool(out_t* __restrict__ y, const float* __restrict__ x, const unsigned*
 
     const int units = (B + IB - 1) / IB;
     const auto images = [&](int unit) { return B - unit * IB < IB ? B - unit * IB : IB; };
-    if constexpr (CF_PIPE == 2) {
-        if (blockIdx.x < units) stage_async(xs, x, blockIdx.x * IB, images(blockIdx.x), lane, warp);
-        copy_commit();
-    }
+    const auto stage = [&](float* dst, int unit) { stage_async(dst, x, unit * IB, images(unit), lane, warp); };
+    stage_first_unit<CF_PIPE>(stage, xs, units);
     int buf = 0;
     float probe = 0.0f;                                        // NaN once an accumulator was not finite
     for (int u = blockIdx.x; u < units; u += gridDim.x) {
         const int b0 = u * IB, nimg = images(u);
         const float* const xcur = xs + buf * XS_ONE;
-        if constexpr (CF_PIPE == 2) {
-            const int un = u + gridDim.x;
-            if (un < units) stage_async(xs + (buf ^ 1) * XS_ONE, x, un * IB, images(un), lane, warp);
-            copy_commit();
-            copy_wait<1>();
-        } else {
-            stage_async(xs, x, b0, nimg, lane, warp);          // the barrier ending the last unit freed the buffer
-            copy_commit();
-            copy_wait<0>();
-        }
+        stage_unit<CF_PIPE>(stage, xs, XS_ONE, buf, u, units);
         __syncthreads();
         const int prows = nimg * HP;                           // valid pooled rows of this unit
 

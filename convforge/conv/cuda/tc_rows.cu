@@ -139,25 +139,14 @@ conv_tc_rows(float* __restrict__ y, const float* __restrict__ x, const unsigned*
 
     const int units = (B + IB - 1) / IB;
     const auto images = [&](int unit) { return B - unit * IB < IB ? B - unit * IB : IB; };
-    if constexpr (PIPE == 2) {
-        if (blockIdx.x < units) stage_async(xs, x, blockIdx.x * IB, images(blockIdx.x), lane, warp);
-        copy_commit();
-    }
+    const auto stage = [&](float* dst, int unit) { stage_async(dst, x, unit * IB, images(unit), lane, warp); };
+    stage_first_unit<PIPE>(stage, xs, units);
     int buf = 0;
     float probe = 0.0f;                                        // NaN once an accumulator was not finite
     for (int u = blockIdx.x; u < units; u += gridDim.x) {
         const int b0 = u * IB, nimg = images(u);
         float* const xcur = xs + buf * XS_ONE;
-        if constexpr (PIPE == 2) {
-            const int un = u + gridDim.x;                      // the next unit streams into the other buffer
-            if (un < units) stage_async(xs + (buf ^ 1) * XS_ONE, x, un * IB, images(un), lane, warp);
-            copy_commit();
-            copy_wait<1>();                                    // this unit's copies (the older group) landed
-        } else {
-            stage_async(xcur, x, b0, nimg, lane, warp);        // the barrier at the end of the last unit
-            copy_commit();                                     // made the buffer free
-            copy_wait<0>();
-        }
+        stage_unit<PIPE>(stage, xs, XS_ONE, buf, u, units);    // this unit landed (PIPE 2: the next one streams in)
         round_staged(xcur, nimg, lane, warp);
         __syncthreads();
         const int rows = nimg * HO;                            // valid output rows of this unit
