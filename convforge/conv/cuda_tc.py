@@ -30,6 +30,14 @@ x 2 column shifts, so K/8 of the work is useful (88 % at K = 7) and B lives in r
 mmas of the rows kernel and needs no gather; it won the one-channel layers of 6 to 12 maps (fa18 L1 TF32
 0.797 ms against the gather kernel's 1.196, and 1.39x cuda-direct), while on fa20 L1's 4 maps each A
 fragment serves only one mma and the rows kernel stays faster.
+
+Fused (``prepare_fused``: conv + bias + activation + max pool): ``cuda/tc_pool.cu`` serves FP16 with a 2x2 pool
+and K <= 9 (``pool_serves``). It is the rows kernel's banded product with the 16 mma rows ordered as the two conv
+rows of 8 pooled rows, so each lane's four accumulators are one 2x2 window and only the pooled map is stored (a
+quarter of the rows kernel's output bytes); its epilogue's tanh is ``tanh.approx``. Launch shapes: the measured
+winner in ``convforge/tuning/cuda-tc-pool.json``, else ``plan_pool``'s model. H100, B = 10000: the six preset
+first convs in 1.43-2.37x less time than cuda-auto's exact fused kernel (benchmarks/2026-11-28-h100-fast-first-
+conv-tc-pool). Other fused layers (TF32, another pool, K > 9): the unfused kernel, then torch's pool and activation.
 """
 
 from __future__ import annotations
