@@ -385,3 +385,15 @@ def test_write_tuning_is_a_sweep_option(capsys):
         main(["sweep", "--help"])
     out = capsys.readouterr().out
     assert caught.value.code == 0 and "--write-tuning DIR" in out and "--write-auto FILE" in out
+
+
+def test_one_key_for_validate_and_merged():
+    """validate and merged key an entry alike (entry_key): Triton versions compare as numbers, so "3.09" and "3.9"
+    are one range; another GPU or batch is another entry."""
+    a, b = _entry(triton_min="3.9"), _entry(triton_min="3.09", median_ms=1.2)
+    assert tuning.entry_key(a) == tuning.entry_key(b)
+    with pytest.raises(tuning.TuningError, match="the same shape, Triton range, batch and GPU"):
+        tuning.validate(_doc(a, b), "x.json")
+    assert tuning.merged([a], [b]) == [b]
+    other = [_entry(gpu="NVIDIA H100 80GB HBM3"), _entry(batch=10)]
+    assert len(tuning.merged([a], other)) == 3 and len({tuning.entry_key(e) for e in [a, *other]}) == 3

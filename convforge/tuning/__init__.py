@@ -85,6 +85,13 @@ def _shape_key(shape: dict) -> tuple:
     return tuple(sorted(shape.items()))
 
 
+def entry_key(entry: dict) -> tuple:
+    """What one file holds once: the shape, the Triton range (parsed, so "3.9" and "3.09" are one version), the
+    batch and the GPU. validate refuses two entries with one key; merged replaces by it."""
+    low, high = (version_tuple(entry[k]) if k in entry else None for k in ("triton_min", "triton_max"))
+    return _shape_key(entry["shape"]), low, high, entry_batch(entry), entry["gpu"]
+
+
 def entry_batch(entry: dict) -> int:
     """The batch an entry was measured at (``DEFAULT_BATCH`` where it does not say)."""
     return entry.get("batch", DEFAULT_BATCH)
@@ -156,7 +163,7 @@ def validate(doc: Any, where: str, impl: Optional[str] = None) -> list[dict]:
             bad(str(exc))
         if low is not None and high is not None and not low < high:
             bad(f"triton_min {entry['triton_min']} must be below triton_max {entry['triton_max']}")
-        key = (_shape_key(shape), low, high, entry_batch(entry), entry["gpu"])
+        key = entry_key(entry)
         if key in seen:
             bad(f"the same shape, Triton range, batch and GPU as entry {seen[key]}")
         seen[key] = i
@@ -290,10 +297,8 @@ def read_file(path: Union[str, Path], impl: Optional[str] = None) -> list[dict]:
 def merged(old: Iterable[dict], new: Iterable[dict]) -> list[dict]:
     """``old`` with each ``new`` entry replacing the one of the same shape, Triton range, batch and GPU (else
     added: another GPU's entry for the shape stays)."""
-    def key(e):
-        return _shape_key(e["shape"]), e.get("triton_min"), e.get("triton_max"), entry_batch(e), e["gpu"]
-    out = {key(e): e for e in old}
-    out.update((key(e), e) for e in new)
+    out = {entry_key(e): e for e in old}
+    out.update((entry_key(e), e) for e in new)
     return list(out.values())
 
 
