@@ -29,9 +29,10 @@ from convforge import gpu_dense
 from convforge.gpu_dense import GpuDense
 from convforge.models import Activation, Conv, ConvShape, Dense, Flatten, Network, Pool, apply_layer, fusion_after
 
-# "exact": fp32 arithmetic throughout. "fast": FP16 tensor cores for the many-channel convolutions and TF32
-# ones for the dense layers (FP16 ones after a conv that wrote FP16, HALF_HANDOFF), all accumulating in fp32
-# (accuracy reported beside exact by the whole-network benchmark, convforge/harness/whole.py).
+# "exact": fp32 arithmetic throughout. "fast": FP16 tensor cores for the convolutions where they win (_layer_impl;
+# the fused first convs too, FAST_FIRST_POOL) and TF32 ones for the dense layers (FP16 ones after a conv that wrote
+# FP16, HALF_HANDOFF), all accumulating in fp32 (accuracy reported beside exact by the whole-network benchmark,
+# convforge/harness/whole.py).
 PRECISIONS = ("exact", "fast")
 FAST_CONV = "cuda-tc-fp16"
 # Many-channel layers whose activation and pool are fused, with few maps: triton-tc-fused's rows kernel (fa20 L2,
@@ -41,7 +42,9 @@ FAST_CONV = "cuda-tc-fp16"
 FAST_FUSED_CONV = "triton-tc-fused"
 FAST_FUSED_MAX_MAPS = 16
 # The fused one-channel first convs (act + 2x2 pool) on FAST_CONV's pool kernel (cuda/tc_pool.cu): FP16 tensor
-# cores with each 2x2 window in one lane, only the pooled map written; the A/B toggles it (see _layer_impl).
+# cores with each 2x2 window in one lane, only the pooled map written: 1.43-2.37x the exact fused kernel on the six
+# presets' first convs, whole network exact / fast 2.24-3.26x (H100, benchmarks/2026-11-28-h100-fast-first-conv-
+# tc-pool). Off: those convs run the exact kernel, as before.
 FAST_FIRST_POOL = True
 # The fast path hands a tensor-core conv's output to the dense layer after it in FP16 (half the bytes written
 # and read back: sp18's conv output is 433 MB in fp32 at 10000 images) when the weights bound every value on the
