@@ -58,6 +58,20 @@ __device__ __forceinline__ bool block_any(bool v)
 #endif
 }
 
+// The exact fp32 convolution value whose window starts at xp (channel 0, the window's top-left input) with the
+// filter wp (one map's C*K*K weights): one flat FMA loop over C*K*K, x's values as floats (FP16 bits widened).
+template <int C, int H, int W, int K, class X>
+__device__ __forceinline__ float exact_conv_value(const X* __restrict__ xp, const float* __restrict__ wp)
+{
+    float acc = 0.0f;
+#pragma unroll 1
+    for (int k = 0; k < C * K * K; ++k) {
+        const int c = k / (K * K), r = k - c * (K * K), p = r / K, q = r - p * K;
+        acc = fmaf(output_as_float(__ldg(xp + (c * H + p) * W + q)), __ldg(wp + k), acc);
+    }
+    return acc;
+}
+
 // After the main loop of a kernel that computed units of IB images (unit u = images u*IB .. , units blockIdx.x,
 // blockIdx.x + gridDim.x, ...): if any thread of the block saw a non-finite accumulator (seen: its probe is not
 // 0), the block stores the
@@ -77,14 +91,7 @@ __device__ __forceinline__ void redo_nonfinite_outputs(bool seen, T* __restrict_
             if (finite_value(output_as_float(*yp))) continue;
             const int img = i / PER_IMAGE, rem = i - img * PER_IMAGE, map = rem / (HO * WO);
             const int pos = rem - map * (HO * WO), o = pos / WO, col = pos - o * WO;
-            const X* const xp = x + ((b0 + img) * C * H + o) * W + col;
-            const float* const wp = w + map * (C * K * K);
-            float acc = 0.0f;
-#pragma unroll 1
-            for (int k = 0; k < C * K * K; ++k) {
-                const int c = k / (K * K), r = k - c * (K * K), p = r / K, q = r - p * K;
-                acc = fmaf(output_as_float(__ldg(xp + (c * H + p) * W + q)), __ldg(wp + k), acc);
-            }
+            const float acc = exact_conv_value<C, H, W, K>(x + ((b0 + img) * C * H + o) * W + col, w + map * (C * K * K));
             store_out(yp, output_element(bias != nullptr ? acc + __ldg(bias + map) : acc, T()));
         }
     }

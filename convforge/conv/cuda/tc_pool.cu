@@ -87,12 +87,6 @@ using out_t = unsigned short;
 using out_t = float;
 #endif
 
-__device__ __forceinline__ void stage_async(float* dst, const float* __restrict__ x, int b0, int nimg, int lane,
-                                            int warp)
-{
-    stage_rows_async_wide<W, PITCH, NT>(dst, x + (long long)b0 * (C * H * W), nimg * C * H, warp * 32 + lane);
-}
-
 // one staged row's NC + 1 FP16 pairs at columns 8j + 2t (j = 0 .. NC) of this lane's column group
 __device__ __forceinline__ void load_row(unsigned (&r)[NC + 1], const float* row)
 {
@@ -140,7 +134,7 @@ struct Tile {
 
 // After the main loop: if any lane of the block saw a non-finite accumulator, the block recomputes every pooled
 // output of the tiles it computed in exact fp32 (x and w from global memory): the four conv values of the window
-// (flat FMA loop over C*K*K, as nonfinite.cuh's pass), max keeping NaN, + bias, activation. Every output of those
+// (nonfinite.cuh's exact_conv_value), max keeping NaN, + bias, activation. Every output of those
 // tiles, not only the non-finite ones, because fmaxf may have dropped a spoilt conv value from a window; and only
 // those tiles' outputs, which no other block writes.
 __device__ CF_COLD void redo_pooled_outputs(bool seen, out_t* __restrict__ y, const float* __restrict__ x,
@@ -157,18 +151,12 @@ __device__ CF_COLD void redo_pooled_outputs(bool seen, out_t* __restrict__ y, co
                 const int map = tl.mg * MT + m, pr = tl.rt * 8 + r, pc = tl.cg * NC * 4 + (rem - r * (NC * 4));
                 if (map >= M || pr >= prows || pc >= WP) continue;
                 const int img = pr / HP, q = pr - img * HP;
-                const float* const wp = w + map * (C * K * K);
                 float best = 0.0f;
 #pragma unroll 1
                 for (int e = 0; e < 4; ++e) {
-                    const float* const xp = x + ((b0 + img) * C * H + 2 * q + (e >> 1)) * W + 2 * pc + (e & 1);
-                    float acc = 0.0f;
-#pragma unroll 1
-                    for (int k = 0; k < C * K * K; ++k) {
-                        const int c = k / (K * K), rr = k - c * (K * K), p = rr / K, s2 = rr - p * K;
-                        acc = fmaf(__ldg(xp + (c * H + p) * W + s2), __ldg(wp + k), acc);
-                    }
-                    best = e ? max_nan(best, acc) : acc;
+                    const float v = exact_conv_value<C, H, W, K>(
+                        x + ((b0 + img) * C * H + 2 * q + (e >> 1)) * W + 2 * pc + (e & 1), w + map * (C * K * K));
+                    best = e ? max_nan(best, v) : v;
                 }
                 const float bm = bias != nullptr ? __ldg(bias + map) : 0.0f;
                 store_out(y + (((b0 + img) * M + map) * HP + q) * WP + pc, output_element(activate(best + bm), out_t()));
@@ -200,7 +188,9 @@ conv_tc_pool(out_t* __restrict__ y, const float* __restrict__ x, const unsigned*
 
     const int units = (B + IB - 1) / IB;
     const auto images = [&](int unit) { return B - unit * IB < IB ? B - unit * IB : IB; };
-    const auto stage = [&](float* dst, int unit) { stage_async(dst, x, unit * IB, images(unit), lane, warp); };
+    const auto stage = [&](float* dst, int unit) {                // 16/8-byte copies over the whole block
+        stage_rows_async_wide<W, PITCH, NT>(dst, x + (long long)(unit * IB) * (C * H * W), images(unit) * C * H, tid);
+    };
     stage_first_unit<CF_PIPE>(stage, xs, units);
     int buf = 0;
     float probe = 0.0f;                                        // NaN once an accumulator was not finite
