@@ -289,7 +289,7 @@ class Engine:
                 weight, bias = self.params[f"{prefix}.weight"], self.params.get(f"{prefix}.bias")
                 fuses = self.impl.fuses or self.cpu_whole   # the CPU whole path: cpu-parallel's fused kernels
                 fusion = fusion_after(walk, i) if fuse and fuses else None
-                impl = self._layer_impl(shape_in[0], layer.out_channels, fusion, layer.kernel)
+                impl = self._layer_impl(shape_in, layer.out_channels, fusion, layer.kernel)
                 fusion = fusion if impl.fuses or self.cpu_whole else None
                 shape = ConvShape(0, layer.out_channels, *shape_in, layer.kernel)
                 step.result = LayerResult(conv_index, shape, impl.name)
@@ -467,28 +467,31 @@ class Engine:
             return -1
         layer, _, (channels, height, width), _ = walk[j]
         following = fusion_after(walk, j) if fuse and self.impl.fuses else None
-        impl = self._layer_impl(channels, layer.out_channels, following, layer.kernel)
+        impl = self._layer_impl((channels, height, width), layer.out_channels, following, layer.kernel)
         if impl.name != FAST_CONV or (following and impl.fuses):
             return -1
         from convforge.conv import cuda_tc
         return j if cuda_tc.stages_half_pairs(layer.out_channels, channels, height, width, layer.kernel) else -1
 
-    def _layer_impl(self, channels: int, maps: int, fusion, kernel: int) -> conv.ConvImpl:
-        """The implementation for a conv layer of ``channels`` input channels. Exact: the engine's one
+    def _layer_impl(self, shape_in: tuple, maps: int, fusion, kernel: int) -> conv.ConvImpl:
+        """The implementation for a conv layer of input ``shape_in`` (channels, height, width). Exact: the engine's one
         implementation. Fast: unfused layers with several input channels go to the FP16 tensor-core kernel
         (the compute-bound second layers: 1.9-2.9x the best exact kernel, H200 run 10); fused one-channel layers
-        with a 2x2 pool go to FAST_CONV's pool kernel (FAST_FIRST_POOL), other one-channel layers keep the exact
-        kernels (triton-tc-fused took 1.0-2.1x their time on all five fused first convs, H100:
-        benchmarks/2026-11-27-h100-tc-fused-fixup-first-convs).
+        that its pool kernel serves (cuda_tc.pool_serves: a 2x2 pool, K <= 9) go there (FAST_FIRST_POOL), other
+        one-channel layers keep the exact kernels (triton-tc-fused took 1.0-2.1x their time on all five fused
+        first convs, H100: benchmarks/2026-11-27-h100-tc-fused-fixup-first-convs).
         Layers whose activation and pool are fused keep them fused: on FP16 tensor cores (FAST_FUSED_CONV) up to
         FAST_FUSED_MAX_MAPS maps, else in the exact kernel (cuda-tc-fp16 plus a separate relu and pool 4 took
         as long as the fused exact kernel on fa20 L2, benchmarks/2026-11-25-h200-whole-network)."""
         if self.precision != "fast":
             return self.impl
+        channels, height, width = shape_in
         if channels == 1:   # the fused first convs: FAST_CONV's pool kernel (FAST_FIRST_POOL)
-            if not (FAST_FIRST_POOL and fusion is not None and fusion[1] == 2 and kernel <= 9):
-                return self.impl
+            from convforge.conv import cuda_tc
             fast = conv.get(FAST_CONV)
+            if not (FAST_FIRST_POOL and fusion is not None
+                    and cuda_tc.pool_serves(channels, height, width, kernel, fusion[1], fast.precision)):
+                return self.impl
             return fast if fast.unavailable_reason(self.device) is None else self.impl
         if fusion is not None and maps > FAST_FUSED_MAX_MAPS:
             return self.impl

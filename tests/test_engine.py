@@ -101,19 +101,20 @@ def test_fast_path_picks_its_kernel_per_layer(monkeypatch):
     monkeypatch.setattr(conv.ConvImpl, "unavailable_reason", lambda self, device: None)   # as on a GPU
     engine = Engine.__new__(Engine)
     engine.precision, engine.device, engine.impl = "fast", "cuda", conv.get("cuda-auto")
-    assert engine._layer_impl(4, 16, ("relu", 4, 2), 7).name == "triton-tc-fused"
-    assert engine._layer_impl(12, 24, ("tanh", 2, 2), 7).name == "cuda-auto"
-    assert engine._layer_impl(6, 16, None, 5).name == "cuda-tc-fp16"
-    assert engine._layer_impl(1, 6, ("tanh", 2, 2), 5).name == "cuda-tc-fp16"
-    assert engine._layer_impl(1, 4, ("relu", 2, 2), 7).name == "cuda-tc-fp16"
-    assert engine._layer_impl(1, 6, ("tanh", 3, 2), 5).name == "cuda-auto"     # pool 3: not the pool kernel's
-    assert engine._layer_impl(1, 6, ("tanh", 2, 2), 11).name == "cuda-auto"    # K 11: nor this
-    assert engine._layer_impl(1, 6, None, 5).name == "cuda-auto"
+    assert engine._layer_impl((4, 40, 40), 16, ("relu", 4, 2), 7).name == "triton-tc-fused"
+    assert engine._layer_impl((12, 33, 33), 24, ("tanh", 2, 2), 7).name == "cuda-auto"
+    assert engine._layer_impl((6, 30, 30), 16, None, 5).name == "cuda-tc-fp16"
+    assert engine._layer_impl((1, 64, 64), 6, ("tanh", 2, 2), 5).name == "cuda-tc-fp16"
+    assert engine._layer_impl((1, 86, 86), 4, ("relu", 2, 2), 7).name == "cuda-tc-fp16"
+    assert engine._layer_impl((1, 64, 64), 6, ("tanh", 3, 2), 5).name == "cuda-auto"     # pool 3: not the pool kernel's
+    assert engine._layer_impl((1, 64, 64), 6, ("tanh", 2, 2), 11).name == "cuda-auto"    # K 11: nor this
+    assert engine._layer_impl((1, 5, 6), 6, ("tanh", 2, 2), 5).name == "cuda-auto"      # no whole window
+    assert engine._layer_impl((1, 64, 64), 6, None, 5).name == "cuda-auto"
     monkeypatch.setattr(engine_module, "FAST_FIRST_POOL", False)
-    assert engine._layer_impl(1, 6, ("tanh", 2, 2), 5).name == "cuda-auto"
+    assert engine._layer_impl((1, 64, 64), 6, ("tanh", 2, 2), 5).name == "cuda-auto"
     engine.precision = "exact"
-    assert engine._layer_impl(4, 16, ("relu", 4, 2), 7).name == "cuda-auto"
-    assert engine._layer_impl(1, 6, ("tanh", 2, 2), 5).name == "cuda-auto"
+    assert engine._layer_impl((4, 40, 40), 16, ("relu", 4, 2), 7).name == "cuda-auto"
+    assert engine._layer_impl((1, 64, 64), 6, ("tanh", 2, 2), 5).name == "cuda-auto"
 
 
 def test_fast_path_hands_fp16_to_dense_only_where_the_weights_bound_it():

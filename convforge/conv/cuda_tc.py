@@ -49,6 +49,7 @@ import torch
 
 from convforge import tuning
 from convforge.conv import cuda_common as cc, round_tf32
+from convforge.models import ACTIVATIONS
 
 PRECISIONS = ("tf32", "fp16")
 SOURCE = "tc.cu"
@@ -632,16 +633,14 @@ class PoolLayer:
         return cc.finish(y, result)
 
 
-_TORCH_ACTIVATIONS = {0: None, 1: torch.tanh, 2: torch.relu, 3: torch.sigmoid}
-
-
 class UnfusedPool:
     """A fused layer the pool kernel does not serve (TF32, another pool, K > 9): the unfused tensor-core conv,
-    then torch's max pool and activation (act(max) == max(act): all are monotone)."""
+    then torch's max pool and the network's activation (act(max) == max(act): all are monotone)."""
 
-    def __init__(self, weight, bias, H: int, W: int, precision: str, act: int, pool: int, half_output: bool):
+    def __init__(self, weight, bias, H: int, W: int, precision: str, activation: Optional[str], pool: int,
+                 half_output: bool):
         self.conv = layer(weight, bias, H, W, precision)
-        self.act, self.pool = _TORCH_ACTIVATIONS[act], pool
+        self.act, self.pool = ACTIVATIONS.get(activation), pool
         self.out_dtype = torch.float16 if half_output else torch.float32
 
     def __call__(self, x: torch.Tensor, out: Optional[torch.Tensor]) -> torch.Tensor:
@@ -673,7 +672,7 @@ def prepare_fused(weight: torch.Tensor, bias: Optional[torch.Tensor], activation
     def make(h: int, w: int):
         if pool_serves(C, h, w, K, pool, precision):
             return PoolLayer(weight, bias, h, w, act, config, half)
-        return UnfusedPool(weight, bias, h, w, precision, act, pool, half)
+        return UnfusedPool(weight, bias, h, w, precision, activation, pool, half)
     return cc.per_input_size(weight, make, input_hw)
 
 
