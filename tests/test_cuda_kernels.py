@@ -963,15 +963,21 @@ def test_gpu_tc_pool_kernel(case):
 
 @needs_cxx
 def test_emulated_tc_fused_beyond_the_pool_kernel(emulation):
-    """What the pool kernel does not serve (TF32, a pool of 3, K > 9) runs the unfused kernel and torch's pool."""
+    """What the pool kernel does not serve (TF32, a pool of 3, K > 9, a tile past shared memory) runs the unfused
+    kernel and torch's pool; a launch shape asked for by name that does not fit fails as asked."""
     from convforge.conv import cuda_tc
     for shape, activation, pool, precision in (((2, 4, 1, 14, 15, 5), "tanh", 2, "tf32"),
                                                ((2, 4, 1, 14, 15, 5), "relu", 3, "fp16"),
-                                               ((1, 3, 1, 14, 12, 11), None, 2, "fp16")):
+                                               ((1, 3, 1, 14, 12, 11), None, 2, "fp16"),
+                                               # verify's random case 2: one image's 14 channels of 65x92 alone
+                                               # outgrow shared memory (409 KB) -- found by verify on an H200
+                                               ((1, 12, 14, 65, 92, 1), "sigmoid", 2, "fp16")):
         x, w, b = _data(shape, seed=pool, bias=True, unit=True)
         fn = cuda_tc.prepare_fused(w, b, activation, pool, precision=precision)
         assert isinstance(fn.layer_for(shape[3], shape[4]), cuda_tc.UnfusedPool)
         _check(fn, x, _reference(x, w, b, activation, pool), 1e-2, f"tc fused {shape} {pool} {precision}")
+    with pytest.raises(cuda_tc.TileTooLarge, match="does not fit shared memory"):
+        cuda_tc.prepare_fused(w, b, activation, 2, config={"ib": 1})(x)
 
 
 def test_tc_pool_planning():

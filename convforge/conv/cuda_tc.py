@@ -415,8 +415,12 @@ def plan_pool(M: int, C: int, H: int, W: int, K: int, act: int = 0, config: Opti
         geoms = geoms or [base]
     geom = geoms[0]
     if geom.ib < 1 or geom.smem_bytes > smem_optin:
-        raise ValueError(f"the pool kernel's tile ({geom.smem_bytes} bytes) does not fit shared memory")
+        raise TileTooLarge(f"the pool kernel's tile ({geom.smem_bytes} bytes) does not fit shared memory")
     return geom
+
+
+class TileTooLarge(ValueError):
+    """The pool kernel's tile (a unit's whole input images and the packed weights) outgrows shared memory."""
 
 
 def tuned_config(M: int, C: int, H: int, W: int, K: int, precision: str) -> Optional[dict]:
@@ -660,7 +664,8 @@ class UnfusedPool:
 def prepare_fused(weight: torch.Tensor, bias: Optional[torch.Tensor], activation: Optional[str], pool: int,
                   precision: str = "fp16", config=None, input_hw=None, out_dtype: torch.dtype = torch.float32):
     """conv + bias + activation + max pool: the pool kernel (tc_pool.cu) where it serves the layer (FP16, 2x2
-    pool, K <= 9; ``config`` is its launch shape), else the unfused kernel and torch's pool. ``out_dtype``:
+    pool, K <= 9, a tile that fits shared memory; ``config`` is its launch shape), else the unfused kernel and
+    torch's pool. ``out_dtype``:
     float16 writes the pooled map in FP16 (for a consumer that reads FP16; callers bound the values)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
@@ -671,7 +676,12 @@ def prepare_fused(weight: torch.Tensor, bias: Optional[torch.Tensor], activation
 
     def make(h: int, w: int):
         if pool_serves(C, h, w, K, pool, precision):
-            return PoolLayer(weight, bias, h, w, act, config, half)
+            try:
+                return PoolLayer(weight, bias, h, w, act, config, half)
+            except TileTooLarge:
+                if config is not None:   # a launch shape asked for by name fails as asked
+                    raise
+        # Many channels or wide rows: even one image a unit outgrows shared memory (C 14 of 65x92 needs 409 KB).
         return UnfusedPool(weight, bias, h, w, precision, activation, pool, half)
     return cc.per_input_size(weight, make, input_hw)
 
