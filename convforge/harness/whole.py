@@ -5,6 +5,10 @@ batch): the engine's forward (``auto``'s kernels, untimed per layer) as it runs 
 replayed from a CUDA graph; PyTorch eager (cuDNN, TF32 off), the same captured in a CUDA graph, and
 ``torch.compile(mode="max-autotune")`` (at the batches ``compile_batches`` names: each compile takes minutes).
 Every candidate's logits are checked against a float64 forward pass on the same input before it is timed.
+Each batch also times the small-batch goal's yardstick (``LAUNCH_COPY``): the batch's float32 images copied from
+pinned host memory to the GPU plus one kernel that does nothing, timed as the candidates are (host launch work
+included), before and after them, the smaller kept; every row at that batch carries its time as a multiple of it
+(``x_launch_copy``).
 
 The network's floor: FLOPs of every layer at the best measured fp32 rate (SGEMM or FMA peak), or the bytes
 that must move (the float32 input read once, the weights, the logits written) at the best measured bandwidth
@@ -29,6 +33,8 @@ from convforge.engine import Engine
 from convforge.models import Conv, Dense, Network, forward_with, load_preset
 
 BATCHES = (10, 100, 1000, 10000)
+LAUNCH_COPY = "one empty kernel + input copy"
+LAUNCH_COPY_REPEATS = 500
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,19 @@ def candidates(network: Network, batch: int, compile_batches: Sequence[int]) -> 
     return runs
 
 
+def launch_copy_call(x: torch.Tensor) -> Callable[[torch.Tensor], None]:
+    """The yardstick for 10-100 images: ``x``'s bytes copied host (pinned) -> GPU, then one empty kernel
+    (``torch.cuda._sleep(0)`` spins zero cycles: the cheapest launch torch makes). What a forward pass would cost
+    if the network were free."""
+    host = x.cpu().pin_memory()
+    staged = torch.empty_like(x)
+
+    def call(_):
+        staged.copy_(host, non_blocking=True)
+        torch.cuda._sleep(0)
+    return call
+
+
 def bench_network(name: str, batches: Sequence[int], ceilings, compile_batches: Sequence[int],
                   repeat: int) -> list[dict]:  # pragma: no cover - needs a GPU
     from convforge.harness.probes import environment
@@ -102,6 +121,13 @@ def bench_network(name: str, batches: Sequence[int], ceilings, compile_batches: 
         # The fast path's layers run on FP16 and TF32 tensor cores: its floor takes the fastest rate it may use.
         fast_floor_ms = ceilings.floor_s(cost.flops, cost.bytes_moved, "mixed") * 1e3
         inputs = rotated_inputs(x)
+        yardstick = launch_copy_call(x)
+
+        def yardstick_ms() -> float:   # many repeats: it is a few microseconds
+            return float(np.median(time_calls(yardstick, inputs, "cuda", repeat=max(repeat, LAUNCH_COPY_REPEATS),
+                                              timing="call"))) * 1e3
+        before = yardstick_ms()
+        first_row = len(rows)
         runs = candidates(network, batch, compile_batches)
         for label, make in runs.items():
             forward = make()
@@ -120,6 +146,15 @@ def bench_network(name: str, batches: Sequence[int], ceilings, compile_batches: 
                              repeats=len(times)))
             print(f"{name:9s} {batch:6d} {label:30s} {ms:9.4f} ms  floor {floor:8.4f}  "
                   f"{100 * floor / ms:5.1f}%  err {error:.1e}", flush=True)
+        # Timed before and after the candidates, the smaller kept: the first batch of a run measured 18-27 us at
+        # 10 images on an H200 (the GPU not yet at speed), and a high yardstick would flatter every ratio.
+        reference_ms = min(before, yardstick_ms())
+        rows.insert(first_row, dict(model=name, batch=batch, candidate=LAUNCH_COPY, ms=reference_ms,
+                                    x_launch_copy=1.0, input_bytes=x.numel() * x.element_size()))
+        print(f"{name:9s} {batch:6d} {LAUNCH_COPY:30s} {reference_ms:9.4f} ms  (before {before:.4f})", flush=True)
+        for row in rows[first_row + 1:]:
+            row["x_launch_copy"] = row["ms"] / reference_ms
+            print(f"{name:9s} {batch:6d} {row['candidate']:30s} {row['x_launch_copy']:5.1f}x launch+copy", flush=True)
         # Only once the graphs are gone: empty_cache frees the cuBLAS workspaces their GEMMs were captured with.
         del runs
         torch.cuda.empty_cache()
