@@ -62,6 +62,11 @@ BOUNDED_ACTIVATIONS = ("tanh", "sigmoid")
 # in earlier records (cause not found: benchmarks/2026-11-28-h100-whole-network-after-merge), so they keep fp32.
 # Read when an engine is built.
 HALF_CONV_HANDOFF = True
+# A fast-path conv on a tensor-core kernel keeps the exact implementation's kernel beside it and runs, per batch
+# size, whichever measured faster (FasterPerBatch): at 10 images fa18's and fa19's second convs took 27.8 and
+# 25.6 us of GPU time on cuda-tc-fp16 against 5.1 and 3.6 on the exact kernel (H200,
+# benchmarks/2026-11-28-h200-small-batch-whole), while at 10000 the tensor cores win. Off: always the fast kernel.
+FAST_PER_BATCH = True
 
 # Bound on the largest activation of one chunk, so memory stays flat for any number of images. On a GPU it
 # is also at most FREE_MEMORY_SHARE of the memory free when the engine is built: a chunk holds its input,
@@ -215,12 +220,15 @@ class _Step:
     conv_fn: Optional[conv.ConvFn] = None
     result: Optional[LayerResult] = None
     skip: int = 0  # following layers the conv kernel already applied (fusion)
-    tf32: bool = False  # the fast path's dense layers: TF32 tensor cores (gpu_dense's FP16 forms on an FP16 input)
+    # The fast path's conv with its tensor-core and exact kernels, chosen per batch size (FAST_PER_BATCH)
+    per_batch: Optional["FasterPerBatch"] = None
+    # The fast path's dense layer on FP16 weights, for an FP16 input from the conv before (HALF_HANDOFF)
+    half_dense: Optional["GpuDense"] = None
     dense: object = None  # the CPU whole-network path's dense layer (convforge.cpu_dense.DenseLayer)
     # The CPU whole-network path: this step reads / writes cpu-parallel's lane layout (cpu_parallel.lane_shape)
     lanes_in: bool = False
     lanes_out: bool = False
-    gpu_dense: Optional["GpuDense"] = None  # the GPU dense layer, forms measured (the fast path's: FP16 weights)
+    gpu_dense: Optional["GpuDense"] = None  # the GPU dense layer, forms measured (the fast path's: TF32 ones too)
     out_shape: tuple = ()  # per-image output shape (the CPU path's buffers)
     lane_buffer: Optional[Callable[[int], tuple]] = None  # rows -> the lane-layout output buffer's shape
     # The CPU whole-network path's first conv into the lane layout: it takes the (B, 1, S, S) uint8 images as
@@ -323,24 +331,22 @@ class Engine:
                         half_convs.add(i)
                         dtypes["out_dtype"] = torch.float16
                     step.conv_fn = impl.prepare(weight, bias, input_hw=shape_in[1:], **dtypes)
+                if precision == "fast" and impl is not self.impl and FAST_PER_BATCH and i not in half_inputs:
+                    # the exact implementation's kernel for the same step (it cannot read an FP16 input)
+                    exact = (self.impl.prepare_fused(weight, bias, *fusion[:2], input_hw=shape_in[1:]) if fusion
+                             else self.impl.prepare(weight, bias, input_hw=shape_in[1:]))
+                    step.conv_fn = step.per_batch = FasterPerBatch({impl.name: step.conv_fn, self.impl.name: exact})
                 if fusion:
                     activation, pool, _ = fusion
                     step.result.fused = (f"{activation}+" if activation else "") + f"maxpool{pool}"
-            elif isinstance(layer, Dense) and precision == "fast":
-                step.tf32 = True
-                if _conv_before(walk, i) in half_convs:
-                    # for the conv's FP16 output, the activation after it absorbed as on the exact path (its
-                    # tensor-core forms apply it in their epilogue); an fp32 input, from a kernel that could not
-                    # write FP16, takes the TF32 call and then the same activation
-                    activation = _absorbed_activation(walk, i, fuse and gpu_dense.FUSE_ACTIVATION)
-                    step.skip = 1 if activation else 0
-                    step.gpu_dense = GpuDense(self.params[f"{prefix}.weight"].half().contiguous(),
-                                              self.params.get(f"{prefix}.bias"), median_seconds, activation)
             elif isinstance(layer, Dense) and self.device == "cuda":
+                # The fast path's layers have TF32 forms too, each timed against the exact ones per batch size.
                 activation = _absorbed_activation(walk, i, fuse and gpu_dense.FUSE_ACTIVATION)
                 step.skip = 1 if activation else 0
-                step.gpu_dense = GpuDense(self.params[f"{prefix}.weight"], self.params.get(f"{prefix}.bias"),
-                                          median_seconds, activation)
+                weight, bias = self.params[f"{prefix}.weight"], self.params.get(f"{prefix}.bias")
+                step.gpu_dense = GpuDense(weight, bias, median_seconds, activation, tf32=precision == "fast")
+                if precision == "fast" and _conv_before(walk, i) in half_convs:
+                    step.half_dense = GpuDense(weight.half().contiguous(), bias, median_seconds, activation)
             elif isinstance(layer, Dense) and self.cpu_whole:
                 from convforge.cpu_dense import DenseLayer
                 activation = _absorbed_activation(walk, i, fuse)
@@ -376,12 +382,8 @@ class Engine:
             return logits
         for step in self.steps:
             with self._annotation(step):
-                if step.tf32 and step.gpu_dense is not None and x.dtype == torch.float16:
-                    x = step.gpu_dense(x.reshape(x.shape[0], -1))
-                elif step.tf32:
-                    x = _tf32_dense(step.layer, x, self.params, step.prefix)
-                    if step.gpu_dense is not None:   # the activation it absorbed, if any
-                        x = gpu_dense.activate_(x, step.gpu_dense.activation)
+                if step.half_dense is not None and x.dtype == torch.float16:
+                    x = step.half_dense(x.reshape(x.shape[0], -1))
                 elif step.gpu_dense is not None:
                     x = step.gpu_dense(x)
                 elif step.conv_fn is None:
@@ -392,6 +394,8 @@ class Engine:
                     with Stopwatch(self.device) as watch:
                         x = step.conv_fn(x)
                     step.result.op_time_s += watch.seconds
+                    if step.per_batch is not None:
+                        step.result.impl = step.per_batch.last
         return x
 
     def _buffer(self, key, rows: int, shape: tuple) -> torch.Tensor:
@@ -651,18 +655,6 @@ class Engine:
         return self._result(predictions.numpy().copy(), labels, total, streams=streams, chunk=chunk)
 
 
-def _tf32_dense(layer: Dense, x: torch.Tensor, params: dict, prefix: str) -> torch.Tensor:
-    """A dense layer on TF32 tensor cores. TF32 is a process-wide cuBLAS switch read at each call, so it is
-    set for this call only (a CUDA graph captures the TF32 kernel). Reading the fp32 activations directly
-    costs no conversion pass (bf16 operands did: 0.11 of fa17's 0.86 ms on an H200)."""
-    allowed = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = True
-    try:
-        return apply_layer(layer, x, params, prefix)
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = allowed
-
-
 def _skip(walk: list, j: int, kinds: tuple, step: int = 1) -> int:
     """The first index from j on, moving by ``step``, whose layer is none of ``kinds`` (len(walk) or -1 past
     either end)."""
@@ -693,6 +685,35 @@ def _half_handoff(walk: list, i: int, params: dict) -> bool:
     conv_bound = float(per_map.max())
     dense_bound = float(params[f"{dense_prefix}.weight"].abs().sum(1).double().max()) * conv_bound
     return conv_bound < HALF_BOUND and dense_bound < HALF_BOUND
+
+
+class FasterPerBatch:
+    """A conv step's kernels by name (the fast path's tensor-core one first), each batch size run by whichever
+    measured faster the first time that size came: on the GPU alone while a CUDA graph is warmed up
+    (gpu_dense.for_graph: a replay pays no launch work), with the host's launch work for an eager call; the
+    choices kept apart, as GpuDense keeps its forms'. Inside a capture with no choice yet: the first kernel."""
+
+    def __init__(self, ways: dict):
+        self.ways = ways
+        self.last = next(iter(ways))
+        self.choice: dict[int, str] = {}
+        self.graph_choice: dict[int, str] = {}
+
+    def __call__(self, x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+        rows = x.shape[0]
+        for_graph = gpu_dense.choosing_for_graph()
+        choices = self.graph_choice if for_graph else self.choice
+        name = choices.get(rows)
+        if name is None:
+            if x.is_cuda and torch.cuda.is_current_stream_capturing():
+                name = self.last = next(iter(self.ways))
+                return self.ways[name](x, out)
+            for fn in self.ways.values():
+                fn(x)   # compiling and first-call work stay out of the timing
+            name = choices[rows] = min(self.ways, key=lambda n: median_seconds(
+                lambda: self.ways[n](x), x.device.type, 5, for_graph))
+        self.last = name
+        return self.ways[name](x, out)
 
 
 class GraphedForward:

@@ -68,7 +68,11 @@ TC = {"tc3": TcForm(32, 32, 256, 8), "tc3-wide": TcForm(64, 64, 512, 4), "tc3-de
 # 0.139 ms against 0.172 for tc3-wide and 0.197 for cuBLAS; sp19's 5184 -> 140: 0.087 / 0.093 / 0.111 (the best
 # of 132 launch shapes, benchmarks/2026-11-27-h100-fast-dense-fp16-forms).
 TC_HALF = {"tc-tall": TcForm(64, 64, 512, 2, max_bm=128, stages=4)}
-TC_ALL = {**TC, **TC_HALF}
+# The fast path's fp32 layers (``tf32=True``) may also take one TF32 product instead of three: the same shapes.
+TC_TF32 = {"tc1": TC["tc3"], "tc1-wide": TC["tc3-wide"], "tc1-deep": TC["tc3-deep"]}
+TC_ALL = {**TC, **TC_HALF, **TC_TF32}
+# Forms whose products round the operands to TF32: only a layer made with tf32=True (the fast path) has them.
+TF32_FORMS = ("tf32-linear", *TC_TF32)
 
 
 @functools.cache
@@ -139,6 +143,11 @@ Measure = Callable[[Callable[[], object], str, int, bool], float]
 _FOR_GRAPH = contextvars.ContextVar("convforge_dense_for_graph", default=False)
 
 
+def choosing_for_graph() -> bool:
+    """Whether the current forward is warmed up or captured for a CUDA graph (``for_graph``)."""
+    return _FOR_GRAPH.get()
+
+
 @contextlib.contextmanager
 def for_graph():
     """Within: the dense layers choose their forms for a CUDA graph (by GPU time alone; a replay pays no
@@ -173,23 +182,29 @@ class GpuDense:
       TF32 (3xTF32, fp32-accurate), split-K, blocks of 32 / 64 / 32 outputs over steps of 32 / 64 / 64
       columns (TC), summed by gemv's sum kernel (over one slice the kernel adds bias and activation itself,
       FUSE_TC_EPILOGUE); for any rows, where Triton and CuPy are present and the GPU has TF32 (sm_80 on);
-    - ``tc-tall``: the same kernel on FP16 layers only, in blocks of 128 rows x 64 outputs (TC_HALF).
+    - ``tc-tall``: the same kernel on FP16 layers only, in blocks of 128 rows x 64 outputs (TC_HALF);
+    - ``tf32-linear`` (cuBLAS with TF32 on for the call) and ``tc1`` / ``tc1-wide`` / ``tc1-deep`` (the tc3 shapes
+      with one TF32 product): reduced precision, on a layer made with ``tf32=True`` only (the fast path's fp32
+      layers). They compete with the exact forms, so the fast path takes TF32 where it pays (at 10000 rows) and
+      an exact form where the weights' bytes decide (10-100 rows: fa17's fc1 at 10 rows took 19 us of cuBLAS
+      TF32 GPU time against 14 us for the exact forms on an H200, benchmarks/2026-11-28-h200-small-batch-whole).
     (benchmarks/2026-11-26-h100-h200-whole-network-floors/small_dense.txt)
     ``activation`` (None, tanh, relu, sigmoid) is applied to the output: inside gemv's sum kernel or the
     tensor-core kernel's one-slice epilogue, in place after the cuBLAS forms."""
 
     VARIANTS = ("linear", "transposed", "output-major", "split-k", "gemv", "gemv4", "gemv8", "tiles",
-                "tiles-fine", "tiles-tall", *TC, *TC_HALF)
+                "tiles-fine", "tiles-tall", *TC, *TC_HALF, *TF32_FORMS)
     OWN_KERNELS = ("gemv", "gemv4", "gemv8", *TILES)   # this project's kernels: the conditions of has_gemv
     GEMV_GROUPS = {"gemv": None, "gemv4": 4, "gemv8": 8}   # None: the smallest compiled group that holds the rows
     SPLITS = (16, 12, 8)     # the first that divides K into parts of at least MIN_SPLIT_DEPTH
     MIN_SPLIT_DEPTH = 256
 
     def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor], measure: Measure,
-                 activation: Optional[str] = None):
+                 activation: Optional[str] = None, tf32: bool = False):
         if activation not in ACTIVATION_CODES:
             raise ValueError(f"unknown activation {activation!r}; one of {', '.join(map(str, ACTIVATION_CODES))}")
         self.weight, self.bias, self.measure, self.activation = weight, bias, measure, activation
+        self.tf32 = tf32 and weight.dtype == torch.float32 and weight.device.type == "cuda"
         # FP16 weights: the fast path's layer after a conv that wrote FP16 (engine.HALF_HANDOFF). FP16 products,
         # fp32 sums and bias; only cuBLAS's two layouts and the Triton tensor-core forms read FP16.
         self.half = weight.dtype == torch.float16
@@ -215,7 +230,8 @@ class GpuDense:
         """The forms this layer has (for any batch: ``gemv`` also needs at most 128 rows, see ``serves``)."""
         return tuple(v for v in self.VARIANTS if (v != "split-k" or self.splits)
                      and (v not in self.OWN_KERNELS or self.has_gemv) and (v not in TC_ALL or self.has_tc)
-                     and (self.half or v not in TC_HALF) and (not self.half or v in ("linear", "transposed", *TC_ALL)))
+                     and (self.half or v not in TC_HALF) and (v not in TF32_FORMS or self.tf32)
+                     and (not self.half or v in ("linear", "transposed", *TC, *TC_HALF)))
 
     def serves(self, variant: str, rows: int) -> bool:
         """Whether ``variant`` runs ``rows`` rows: gemv for at most GEMV_MAX_ROWS, its fixed groups only where
@@ -242,7 +258,7 @@ class GpuDense:
             slices, length = tc_slices(rows, outputs, depth, cc.device_info(x.device).sm_count, variant)
             form = TC_ALL[variant]
             block = (tc_rows_per_block(rows, variant), form.bn, form.bk)
-            precision = "tf32" if self.half else "tf32x3"
+            precision = "tf32" if self.half or variant in TC_TF32 else "tf32x3"
             if slices == 1 and self.fuse_tc_epilogue:   # y, bias and activation in the kernel's epilogue: no sum
                 y = scratch((rows, outputs), x.device)
                 gpu_dense_tc.launch_part(x, self.weight, y, length, block, TC_WARPS, form.stages, precision,
@@ -300,6 +316,13 @@ class GpuDense:
             return y if self.bias is None else y.add_(self.bias)
         if variant == "linear":
             return torch.nn.functional.linear(x, self.weight, self.bias)
+        if variant == "tf32-linear":   # TF32 is a process-wide cuBLAS switch read at each call: on for this one
+            matmul = torch.backends.cuda.matmul
+            allowed, matmul.allow_tf32 = matmul.allow_tf32, True
+            try:
+                return torch.nn.functional.linear(x, self.weight, self.bias)
+            finally:
+                matmul.allow_tf32 = allowed
         if variant == "transposed":
             return torch.mm(x, self.weight_t) if self.bias is None else torch.addmm(self.bias, x, self.weight_t)
         if variant == "output-major":

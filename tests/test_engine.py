@@ -170,17 +170,26 @@ def test_fast_path_hands_fp16_from_a_bounded_first_conv_to_the_tensor_core_conv(
 def test_graphed_and_fast_forward_on_fresh_batches(name):
     """A CUDA-graph replay gives the eager forward's logits for each new input (not the captured one); the
     fast path stays within the reduced-precision tolerance of a float64 forward pass."""
+    from convforge import gpu_dense
+    from convforge.engine import FAST_CONV, FasterPerBatch
     from convforge.harness.check import relative_error
     from convforge.models import forward_with
     network = load_preset(name)
     size = network.architecture.input_size
     exact = Engine(network, device="cuda")
     fast = Engine(network, device="cuda", precision="fast")
-    # sp18 / sp19: the FP16 dense layer after the conv applies the tanh after it (one step, skipping the tanh)
-    absorbed = [s.gpu_dense.activation for s in fast.steps if s.tf32 and s.gpu_dense is not None and s.skip == 1]
-    assert absorbed == (["tanh"] if name in ("sp18", "sp19") else []), name
+    # sp18 / sp19: the FP16 dense layer after the conv applies the tanh after it (one step, skipping the tanh); the
+    # fast path's fp32 dense layers absorb the activations the exact path's do, and have TF32 forms besides
+    halves = [s.half_dense.activation for s in fast.steps if s.half_dense is not None]
+    assert halves == (["tanh"] if name in ("sp18", "sp19") else []), name
+    assert [(s.skip, s.gpu_dense.activation) for s in fast.steps if s.gpu_dense is not None] == \
+        [(s.skip, s.gpu_dense.activation) for s in exact.steps if s.gpu_dense is not None]
+    assert all("tf32-linear" in s.gpu_dense.variants for s in fast.steps if s.gpu_dense is not None)
+    assert not any(set(gpu_dense.TF32_FORMS) & set(s.gpu_dense.variants) for s in exact.steps if s.gpu_dense)
+    first_conv = fast.steps[0].conv_fn   # its tensor-core kernel (FasterPerBatch may run the exact one at 4 images)
+    first_conv = first_conv.ways[FAST_CONV] if isinstance(first_conv, FasterPerBatch) else first_conv
     with torch.inference_mode():   # sp18 / sp19: the first conv hands FP16 to the second (HALF_CONV_HANDOFF)
-        first = fast.steps[0].conv_fn(torch.rand(4, 1, size, size, device="cuda") * 255)
+        first = first_conv(torch.rand(4, 1, size, size, device="cuda") * 255)
     assert first.dtype == (torch.float16 if name in ("sp18", "sp19") else torch.float32), name
     params64 = {k: v.to("cuda", torch.float64) for k, v in network.params.items()}
     for batch in (10, 100):
@@ -589,6 +598,9 @@ def test_gpu_dense_tensor_core_3xtf32_matches_float64(monkeypatch):
         dense = gpu_dense.GpuDense(weight, b, median_seconds)
         assert set(gpu_dense.TC) <= set(dense.variants) and dense.serves("tc3", 1)
         assert not set(gpu_dense.TC_HALF) & set(dense.variants)   # FP16 layers' forms only
+        assert not set(gpu_dense.TF32_FORMS) & set(dense.variants)   # the fast path's only
+        fast = gpu_dense.GpuDense(weight, b, median_seconds, tf32=True)
+        assert set(gpu_dense.TF32_FORMS) <= set(fast.variants)
         for rows in (1, 17, 100, 333, 1000):
             x = torch.rand(rows, depth, device="cuda", generator=gen) * 255
             ref = torch.nn.functional.linear(x.double(), weight.double(), b.double())
@@ -606,12 +618,45 @@ def test_gpu_dense_tensor_core_3xtf32_matches_float64(monkeypatch):
                                      gpu_dense.TC_WARPS, gpu_dense.TC_STAGES, precision="tf32")
             out = dense._sum(gpu_dense.kernel_specs()[0], part, rows, outputs, slices)
             wrong.append(((out.double() - ref).norm() / ref.norm()).item())
+            for variant in gpu_dense.TF32_FORMS:   # the fast path's forms: within the reduced tolerance
+                out = fast.run(variant, x)
+                err = ((out.double() - ref).norm() / ref.norm()).item()
+                assert not out.isnan().any() and err <= 1e-2, (variant, outputs, depth, rows, err)
         fused = gpu_dense.GpuDense(weight, b, median_seconds, "tanh")
         x = torch.rand(100, depth, device="cuda", generator=gen) * 255
         ref = torch.tanh(torch.nn.functional.linear(x.double(), weight.double(), b.double()))
         out = fused.run("tc3", x)
         assert ((out.double() - ref).norm() / ref.norm()).item() <= 1e-5, ("tanh", outputs, depth)
     assert min(wrong) > 1e-5, min(wrong)   # every plain-TF32 case fails the exact check
+
+
+def test_fast_per_batch_keeps_the_faster_kernel_per_batch_size(monkeypatch):
+    """FasterPerBatch times its kernels the first time a batch size comes and keeps the faster for that size,
+    eager calls and CUDA-graph warm-ups apart; ``last`` names the kernel that ran."""
+    import time as _time
+    from convforge import engine, gpu_dense
+    calls = []
+
+    def kernel(name, seconds_by_rows):
+        def run(x, out=None):
+            calls.append(name)
+            _time.sleep(seconds_by_rows(x.shape[0]))
+            return x + (1 if name == "tc" else 2)
+        return run
+    ways = {"tc": kernel("tc", lambda rows: 0.004 if rows < 50 else 0.0),
+            "exact": kernel("exact", lambda rows: 0.0 if rows < 50 else 0.004)}
+    chooser = engine.FasterPerBatch(ways)
+    assert chooser.last == "tc"
+    small, large = torch.zeros(10, 1), torch.zeros(100, 1)
+    assert torch.equal(chooser(small), small + 2) and chooser.last == "exact"
+    assert torch.equal(chooser(large), large + 1) and chooser.last == "tc"
+    calls.clear()
+    chooser(small)
+    assert calls == ["exact"]   # chosen once per size: no more timing
+    assert chooser.choice == {10: "exact", 100: "tc"} and chooser.graph_choice == {}
+    with gpu_dense.for_graph():
+        chooser(small)
+    assert chooser.graph_choice == {10: "exact"}
 
 
 def test_gpu_dense_tensor_core_forms_plan(monkeypatch):
