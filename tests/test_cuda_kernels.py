@@ -433,6 +433,26 @@ def test_emulated_tc_gather_streaming_stores(emulation):
 
 
 @needs_cxx
+def test_emulated_tc_gather_splits_small_batches_over_blocks(emulation):
+    """Fewer images than resident blocks: the gather kernel splits each image's position tiles over blocks (grid.y),
+    both precisions, finite inputs and NaN / +-Inf ones (a block that saw one redoes its images' non-finite outputs,
+    other blocks' tiles included)."""
+    from convforge.conv import cuda_common as cc, cuda_tc
+    shape = (1, 10, 3, 19, 21, 5)
+    x, w, b = _data(shape, seed=78, bias=True)
+    for precision in cuda_tc.PRECISIONS:
+        config = {"kernel": "gather", "rm": 1, "nt": 64}
+        fn = cuda_tc.prepare(w, b, precision=precision, config=config)
+        layer = fn.layer_for(shape[3], shape[4])
+        grid = layer.grid(1)
+        assert len(grid) == 2 and grid[0] == 1 and 1 < grid[1] <= cc.cdiv(layer.geom.pt, 2), grid
+        assert layer.grid(layer.grid_cap) == (layer.grid_cap,)
+        _check(fn, x, _reference(x, w, b), 1e-2, f"tc gather grid.y {precision}")
+        _check_nonfinite(lambda w, b: cuda_tc.prepare(w, b, precision=precision, config=config), shape, 79, "cpu",
+                         f"tc gather grid.y {precision}", fp16_overflow=precision == "fp16")
+
+
+@needs_cxx
 @pytest.mark.slow
 def test_emulated_tc_rows_kernel(emulation):
     """The tensor-core rows kernel (banded filter rows): several images per unit, odd widths, more than one

@@ -129,6 +129,8 @@ class TcGeometry(LayerShape):
     @property
     def ntl(self): return cc.cdiv(self.M, 8)
     @property
+    def pt(self): return cc.cdiv(self.ho * self.wo, 16 * self.rm)   # position tiles per image (a warp's step)
+    @property
     def img(self): return self.C * self.H * self.W
     @property
     def xs_floats(self):
@@ -565,6 +567,18 @@ class TcLayer:
         self.kernel = cc.kernel(self.geom.spec(), name, self.device)
         self.grid_cap = info.sm_count * max(1, self.kernel.blocks_per_sm(self.geom.nt, self.geom.smem_bytes))
 
+    def grid(self, B: int) -> tuple[int, ...]:
+        """Blocks over units, and for the gather kernel with at most half as many images as resident blocks,
+        blocks sharing an image's position tiles (at least one a warp). On an H200 (benchmarks/2026-11-28-h200-
+        small-batch-whole, gather_split.txt) fa19's second conv at 10 images took 12.6 us so against 28.8 on one
+        block an image, sp18's 10.5 against 14.0; at 1000 images two blocks an image made sp19's slower (26.8
+        against 23.4 us): a block stages the whole image, whatever share of its tiles it computes."""
+        units = cc.cdiv(B, self.per_unit)
+        share = self.grid_cap // units if self.kind == "gather" else 1
+        if share < 2:
+            return (min(units, self.grid_cap),)
+        return units, max(1, min(share, cc.cdiv(self.geom.pt, self.geom.nt // 32)))
+
     def __call__(self, x: torch.Tensor, out: Optional[torch.Tensor]) -> torch.Tensor:
         if x.dtype != self.in_dtype:
             if self.kind != "gather":
@@ -581,7 +595,7 @@ class TcLayer:
         if y.data_ptr() % self.store_alignment:
             y = torch.empty_like(y)  # vector stores need an aligned buffer (torch allocations always are)
         if y.numel():
-            self.kernel((min(cc.cdiv(B, self.per_unit), self.grid_cap),), (g.nt,),
+            self.kernel(self.grid(B), (g.nt,),
                         (cc.ptr(y), cc.ptr(x), *map(cc.ptr, self.weight_args), cc.ptr(self.bias), cc.i32(B)),
                         shared_mem=g.smem_bytes)
         return cc.finish(y, result)

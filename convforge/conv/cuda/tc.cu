@@ -12,7 +12,10 @@
 //   m16n8k16 f16: a0 (g, 2t..2t+1) a1 (g+8, 2t..) a2 (g, 2t+8..) a3 (g+8, 2t+8..); b0 (k 2t.., n g)
 //                 b1 (k 2t+8.., n g); each register two halves, the lower k in the lower half
 //   c0 (g, 2t) c1 (g, 2t+1) c2 (g+8, 2t) c3 (g+8, 2t+1)
-// A warp owns CF_RM 16-row tiles x all map tiles; blocks loop over images (persistent grid).
+// A warp owns CF_RM 16-row tiles x all map tiles; blocks loop over images (persistent grid). Small batches:
+// blockIdx.y splits an image's tiles over gridDim.y blocks, each staging the image (at 10 images one block
+// an image left most SMs idle). A block that saw a non-finite value redoes its images' non-finite outputs,
+// whichever block's tiles they are: each output ends as its tensor-core value or its exact one.
 // Inline PTX only, no headers: NVRTC needs no CUDA include path. Declared reduced precision: TF32 keeps
 // 10 mantissa bits (weights rounded to nearest on staging; inputs too with CF_TF32_ROUND=1, else the
 // hardware truncates them),
@@ -186,7 +189,7 @@ conv_tc(out_t* __restrict__ y, const in_t* __restrict__ x, const unsigned* __res
         }
         const float* const src = CF_XSMEM ? xs : reinterpret_cast<const float*>(xb);   // (CF_IN_HALF: xs)
 
-        for (int tile = warp; tile < PT; tile += NWARPS) {
+        for (int tile = blockIdx.y * NWARPS + warp; tile < PT; tile += NWARPS * gridDim.y) {
             int rb0[RM], rb1[RM];                               // row bases (bytes) of this lane's rows g, g+8
 #pragma unroll
             for (int i = 0; i < RM; ++i) {
