@@ -30,7 +30,8 @@ from convforge.gpu_dense import GpuDense
 from convforge.models import Activation, Conv, ConvShape, Dense, Flatten, Network, Pool, apply_layer, fusion_after
 
 # "exact": fp32 arithmetic throughout. "fast": FP16 tensor cores for the convolutions where they win (_layer_impl;
-# the fused first convs too, FAST_FIRST_POOL) and TF32 ones for the dense layers (FP16 ones after a conv that wrote
+# the fused first convs too, FAST_FIRST_POOL; per batch size against the exact kernel, FAST_PER_BATCH) and TF32
+# forms beside the exact ones for the dense layers (the faster per batch size; FP16 ones after a conv that wrote
 # FP16, HALF_HANDOFF), all accumulating in fp32 (accuracy reported beside exact by the whole-network benchmark,
 # convforge/harness/whole.py).
 PRECISIONS = ("exact", "fast")
