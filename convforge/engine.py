@@ -701,20 +701,14 @@ class FasterPerBatch:
         self.graph_choice: dict[int, str] = {}
 
     def __call__(self, x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
-        rows = x.shape[0]
-        for_graph = gpu_dense.choosing_for_graph()
-        choices = self.graph_choice if for_graph else self.choice
-        name = choices.get(rows)
-        if name is None:
-            if x.is_cuda and torch.cuda.is_current_stream_capturing():
-                name = self.last = next(iter(self.ways))
-                return self.ways[name](x, out)
-            for fn in self.ways.values():
-                fn(x)   # compiling and first-call work stay out of the timing
-            name = choices[rows] = min(self.ways, key=lambda n: median_seconds(
-                lambda: self.ways[n](x), x.device.type, 5, for_graph))
-        self.last = name
-        return self.ways[name](x, out)
+        name = gpu_dense.per_batch_choice(self.choice, self.graph_choice, x, lambda: list(self.ways),
+                                          lambda n, launch_hidden: self._seconds(n, x, launch_hidden))
+        self.last = name or next(iter(self.ways))
+        return self.ways[self.last](x, out)
+
+    def _seconds(self, name: str, x: torch.Tensor, launch_hidden: bool) -> float:
+        self.ways[name](x)   # compiling and first-call work stay out of the timing
+        return median_seconds(lambda: self.ways[name](x), x.device.type, 5, launch_hidden)
 
 
 class GraphedForward:

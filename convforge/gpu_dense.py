@@ -143,9 +143,17 @@ Measure = Callable[[Callable[[], object], str, int, bool], float]
 _FOR_GRAPH = contextvars.ContextVar("convforge_dense_for_graph", default=False)
 
 
-def choosing_for_graph() -> bool:
-    """Whether the current forward is warmed up or captured for a CUDA graph (``for_graph``)."""
-    return _FOR_GRAPH.get()
+def per_batch_choice(choices: dict, graph_choices: dict, x: torch.Tensor, names: Callable[[], list],
+                     seconds: Callable[[str, bool], float]) -> Optional[str]:
+    """The choice for x's batch size, for a CUDA graph within ``for_graph`` (``graph_choices``) else for eager calls
+    (``choices``): made the first time that size comes, the name among ``names()`` of least ``seconds(name,
+    launch_hidden)``, and kept. None inside a graph capture with no choice yet (no measuring there)."""
+    launch_hidden = _FOR_GRAPH.get()
+    table = graph_choices if launch_hidden else choices
+    name = table.get(x.shape[0])
+    if name is None and not (x.is_cuda and torch.cuda.is_current_stream_capturing()):
+        name = table[x.shape[0]] = min(names(), key=lambda n: seconds(n, launch_hidden))
+    return name
 
 
 @contextlib.contextmanager
@@ -358,16 +366,10 @@ class GpuDense:
         (tc3-wide in that folder's call 2). Counting only the launch work that the GPU's backlog at the first
         call leaves (its call 3) took tc-tall every time but a Triton form for fa18's fc2 at 100 images, whose
         eager pass then took 1.42x as long: not kept."""
-        rows = x.shape[0]
-        launch_hidden = _FOR_GRAPH.get()
-        choices = self.graph_choice if launch_hidden else self.choice
-        variant = choices.get(rows)
-        if variant is None:
-            if x.is_cuda and torch.cuda.is_current_stream_capturing():
-                return self.run("linear", x)   # no measuring inside a graph capture (callers warm up first)
-            served = [v for v in self.variants if self.serves(v, rows)]
-            variant = choices[rows] = min(served, key=lambda v: self._seconds(v, x, launch_hidden))
-        return self.run(variant, x)
+        variant = per_batch_choice(self.choice, self.graph_choice, x,
+                                   lambda: [v for v in self.variants if self.serves(v, x.shape[0])],
+                                   lambda v, launch_hidden: self._seconds(v, x, launch_hidden))
+        return self.run(variant or "linear", x)   # no measuring inside a graph capture (callers warm up first)
 
     def _seconds(self, variant: str, x: torch.Tensor, launch_hidden: bool, calls: int = 5) -> float:
         """Median seconds of one call: on the GPU alone (a spin queued ahead hides the launch work) or, with
