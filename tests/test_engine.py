@@ -374,12 +374,12 @@ def test_gpu_dense_fp16_forms_match_float64(device):
     GPU with Triton, the tensor-core forms on FP16 operands, all within the reduced tolerance of float64 with an
     fp32 result, bias added in fp32; the fp32-only forms are not offered."""
     from convforge.engine import median_seconds
-    from convforge.gpu_dense import TC_ALL, GpuDense
+    from convforge.gpu_dense import TC, TC_HALF, GpuDense
     gen = torch.Generator().manual_seed(9)
     weight = (torch.randn(140, 10816, generator=gen) * 0.01).to(device)
     bias = torch.randn(140, generator=gen).to(device)
     dense = GpuDense(weight.half(), bias, median_seconds)
-    expected = ("linear", "transposed") + (tuple(TC_ALL) if device == "cuda" and dense.has_tc else ())
+    expected = ("linear", "transposed") + ((*TC, *TC_HALF) if device == "cuda" and dense.has_tc else ())
     assert dense.variants == expected
     for rows in (3, 100, 1000):
         x = (torch.rand(rows, 10816, generator=gen) * 2 - 1).to(device)
