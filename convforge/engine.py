@@ -65,7 +65,7 @@ BOUNDED_ACTIVATIONS = ("tanh", "sigmoid")
 HALF_CONV_HANDOFF = True
 # A fast-path conv on a tensor-core kernel keeps the exact implementation's kernel beside it and runs, per batch
 # size, whichever measured faster (FasterPerBatch): at 10 images fa18's and fa19's second convs took 27.8 and
-# 25.6 us of GPU time on cuda-tc-fp16 against 5.1 and 3.6 on the exact kernel (H200,
+# 25.6 us of GPU time on cuda-tc-fp16 against 14.8 and 11.3 on the exact kernel (H200,
 # benchmarks/2026-11-28-h200-small-batch-whole), while at 10000 the tensor cores win. Off: always the fast kernel.
 FAST_PER_BATCH = True
 

@@ -194,8 +194,9 @@ class GpuDense:
     - ``tf32-linear`` (cuBLAS with TF32 on for the call) and ``tc1`` / ``tc1-wide`` / ``tc1-deep`` (the tc3 shapes
       with one TF32 product): reduced precision, on a layer made with ``tf32=True`` only (the fast path's fp32
       layers). They compete with the exact forms, so the fast path takes TF32 where it pays (at 10000 rows) and
-      an exact form where the weights' bytes decide (10-100 rows: fa17's fc1 at 10 rows took 19 us of cuBLAS
-      TF32 GPU time against 14 us for the exact forms on an H200, benchmarks/2026-11-28-h200-small-batch-whole).
+      an exact form where the weights' bytes decide (10-100 rows: fa17's two layers at 10 rows took 19.6 us of
+      cuBLAS TF32 GPU time, and 1.7 more for the tanh after, against 13.9 us for the exact forms on an H200,
+      benchmarks/2026-11-28-h200-small-batch-whole).
     (benchmarks/2026-11-26-h100-h200-whole-network-floors/small_dense.txt)
     ``activation`` (None, tanh, relu, sigmoid) is applied to the output: inside gemv's sum kernel or the
     tensor-core kernel's one-slice epilogue, in place after the cuBLAS forms."""
