@@ -720,6 +720,10 @@ class GraphedForward:
     with (seen on an H200: the bf16 dense layers then returned non-finite logits)."""
 
     def __init__(self, engine: Engine, batch: int):
+        # The graph reads the engine's weights and buffers where they were at capture: it keeps the engine alive.
+        # (Without this, `Engine(...).graphed(10)` let them be freed, and a replay after the next capture, whose
+        # empty_cache returned that memory to the driver, faulted on an illegal address.)
+        self.engine = engine
         size = engine.network.architecture.input_size
         self.input = torch.rand((batch, engine.network.architecture.in_channels, size, size), device="cuda") * 255
         side = torch.cuda.Stream()

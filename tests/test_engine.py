@@ -206,6 +206,25 @@ def test_graphed_and_fast_forward_on_fresh_batches(name):
 
 @pytest.mark.gpu
 @needs_cuda
+def test_a_graph_outlives_the_engine_reference_it_came_from():
+    """``Engine(...).graphed(10)`` keeps no other reference to the engine: the graph holds it, so its weights stay
+    where the graph reads them after another engine's capture (whose empty_cache hands freed memory back)."""
+    import gc
+    from convforge.harness.check import relative_error
+    from convforge.models import forward_with
+    network = load_preset("fa17-high")
+    graphed = Engine(network, device="cuda").graphed(10)
+    gc.collect()
+    Engine(network, device="cuda").graphed(10)   # a capture: empty_cache, new allocations
+    x = torch.randint(0, 256, (10, 1, 28, 28), device="cuda").float()
+    params64 = {k: v.to("cuda", torch.float64) for k, v in network.params.items()}
+    with torch.inference_mode():
+        reference = forward_with(network.architecture, params64, x.double()).cpu().numpy()
+        assert relative_error(graphed(x).clone(), reference) <= 1e-5
+
+
+@pytest.mark.gpu
+@needs_cuda
 def test_a_gpu_shared_with_other_work_halves_the_chunk(data_dir, capsys):
     """With the GPU nearly full (another tensor holds all but a third of one chunk's peak memory), the run
     halves its chunk until a chunk fits and gives the same predictions as on an idle GPU."""
