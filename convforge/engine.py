@@ -26,7 +26,7 @@ import torch
 from convforge import conv
 from convforge.errors import UserError
 from convforge import gpu_dense
-from convforge.gpu_dense import GpuDense
+from convforge.gpu_dense import DenseHead, GpuDense
 from convforge.models import Activation, Conv, ConvShape, Dense, Flatten, Network, Pool, apply_layer, fusion_after
 
 # "exact": fp32 arithmetic throughout. "fast": FP16 tensor cores for the convolutions where they win (_layer_impl;
@@ -68,6 +68,10 @@ HALF_CONV_HANDOFF = True
 # 25.6 us of GPU time on cuda-tc-fp16 against 14.8 and 11.3 on the exact kernel (H200,
 # benchmarks/2026-11-28-h200-small-batch-whole), while at 10000 the tensor cores win. Off: always the fast kernel.
 FAST_PER_BATCH = True
+# A dense layer followed by another (the network's head: every preset's FC -> act -> FC 10) also has one-launch
+# forms (gpu_dense.DenseHead): the first layer's split-K partials, then one kernel for its sum, bias, activation
+# and the second layer, each batch size taking the faster of those and the two layers apart. Off: apart always.
+FUSE_HEAD = True
 
 # Bound on the largest activation of one chunk, so memory stays flat for any number of images. On a GPU it
 # is also at most FREE_MEMORY_SHARE of the memory free when the engine is built: a chunk holds its input,
@@ -230,6 +234,8 @@ class _Step:
     lanes_in: bool = False
     lanes_out: bool = False
     gpu_dense: Optional["GpuDense"] = None  # the GPU dense layer, forms measured (the fast path's: TF32 ones too)
+    # The GPU dense layer and the dense layer right after it, with a one-launch form for both (FUSE_HEAD)
+    head: Optional["DenseHead"] = None
     out_shape: tuple = ()  # per-image output shape (the CPU path's buffers)
     lane_buffer: Optional[Callable[[int], tuple]] = None  # rows -> the lane-layout output buffer's shape
     # The CPU whole-network path's first conv into the lane layout: it takes the (B, 1, S, S) uint8 images as
@@ -348,6 +354,14 @@ class Engine:
                 step.gpu_dense = GpuDense(weight, bias, median_seconds, activation, tf32=precision == "fast")
                 if precision == "fast" and _conv_before(walk, i) in half_convs:
                     step.half_dense = GpuDense(weight.half().contiguous(), bias, median_seconds, activation)
+                j = i + 1 + step.skip
+                if fuse and FUSE_HEAD and j < len(walk) and isinstance(walk[j][0], Dense):
+                    activation = _absorbed_activation(walk, j, fuse and gpu_dense.FUSE_ACTIVATION)
+                    prefix2 = walk[j][1]
+                    second = GpuDense(self.params[f"{prefix2}.weight"], self.params.get(f"{prefix2}.bias"),
+                                      median_seconds, activation, tf32=precision == "fast")
+                    step.head = DenseHead(step.gpu_dense, second, step.half_dense)
+                    step.skip += 1 + (1 if activation else 0)
             elif isinstance(layer, Dense) and self.cpu_whole:
                 from convforge.cpu_dense import DenseLayer
                 activation = _absorbed_activation(walk, i, fuse)
@@ -383,7 +397,9 @@ class Engine:
             return logits
         for step in self.steps:
             with self._annotation(step):
-                if step.half_dense is not None and x.dtype == torch.float16:
+                if step.head is not None:
+                    x = step.head(x.reshape(x.shape[0], -1))
+                elif step.half_dense is not None and x.dtype == torch.float16:
                     x = step.half_dense(x.reshape(x.shape[0], -1))
                 elif step.gpu_dense is not None:
                     x = step.gpu_dense(x)

@@ -259,7 +259,14 @@ class GpuDense:
 
     def _split_k(self, variant: str, x: torch.Tensor) -> torch.Tensor:
         """gemv, tiles or tc3: the partial sums of the reduction's slices, then their ordered sum + bias +
-        activation."""
+        activation (over one slice a tensor-core form adds those itself, FUSE_TC_EPILOGUE)."""
+        part, slices, spec = self.partials(variant, x, epilogue=self.fuse_tc_epilogue)
+        return part if slices == 0 else self._sum(spec, part, x.shape[0], self.weight.shape[0], slices)
+
+    def partials(self, variant: str, x: torch.Tensor, epilogue: bool = False) -> tuple:
+        """(part, slices, spec) of a split-K form: part[s] = the s-th slice's product, no bias; ``spec`` holds the
+        sum kernels (dense_gemv.cu). With ``epilogue``, a tensor-core form over one slice returns (y, 0, None):
+        y with bias and activation, finished."""
         rows, depth = x.shape
         outputs = self.weight.shape[0]
         if variant in TC_ALL:   # Triton: any strides of x
@@ -268,14 +275,14 @@ class GpuDense:
             form = TC_ALL[variant]
             block = (tc_rows_per_block(rows, variant), form.bn, form.bk)
             precision = "tf32" if self.half or variant in TC_TF32 else "tf32x3"
-            if slices == 1 and self.fuse_tc_epilogue:   # y, bias and activation in the kernel's epilogue: no sum
+            if slices == 1 and epilogue:   # y, bias and activation in the kernel's epilogue: no sum
                 y = scratch((rows, outputs), x.device)
                 gpu_dense_tc.launch_part(x, self.weight, y, length, block, TC_WARPS, form.stages, precision,
                                          self.bias, ACTIVATION_CODES[self.activation])
-                return y
+                return y, 0, None
             part = scratch((slices, rows, outputs), x.device)
             gpu_dense_tc.launch_part(x, self.weight, part, length, block, TC_WARPS, form.stages, precision)
-            return self._sum(kernel_specs()[0], part, rows, outputs, slices)
+            return part, slices, kernel_specs()[0]
         if not x.is_contiguous() or x.data_ptr() % 16:
             x = x.contiguous() if not x.is_contiguous() else x.clone()
         args = (cc.ptr(x), cc.ptr(self.weight))
@@ -286,16 +293,19 @@ class GpuDense:
             cc.kernel(tiles_spec(rows_per_block), "dense_tiles_part", x.device)(
                 (cc.cdiv(outputs, TILE_N), slices, cc.cdiv(rows, rows_per_block)), (TILES_THREADS,),
                 (*args, cc.ptr(part), cc.i32(rows), cc.i32(depth), cc.i32(outputs), cc.i32(length)))
-            spec = kernel_specs()[0]
-        else:
-            group = self.GEMV_GROUPS[variant] or next((r for r in GEMV_ROWS if r >= rows), GEMV_ROWS[-1])
-            spec = kernel_specs()[GEMV_ROWS.index(group)]
-            slices = cc.cdiv(depth, GEMV_SLICE)
-            part = scratch((slices, rows, outputs), x.device)
-            cc.kernel(spec, "dense_gemv_part", x.device)(
-                (cc.cdiv(outputs, GEMV_OUTPUTS), slices, cc.cdiv(rows, group)), (256,),
-                (*args, cc.ptr(part), cc.i32(rows), cc.i32(depth), cc.i32(outputs)))
-        return self._sum(spec, part, rows, outputs, slices)
+            return part, slices, kernel_specs()[0]
+        group = self.GEMV_GROUPS[variant] or next((r for r in GEMV_ROWS if r >= rows), GEMV_ROWS[-1])
+        spec = kernel_specs()[GEMV_ROWS.index(group)]
+        slices = cc.cdiv(depth, GEMV_SLICE)
+        part = scratch((slices, rows, outputs), x.device)
+        cc.kernel(spec, "dense_gemv_part", x.device)(
+            (cc.cdiv(outputs, GEMV_OUTPUTS), slices, cc.cdiv(rows, group)), (256,),
+            (*args, cc.ptr(part), cc.i32(rows), cc.i32(depth), cc.i32(outputs)))
+        return part, slices, spec
+
+    def split_k_forms(self, rows: int) -> list:
+        """The split-K forms (this project's kernels) that serve ``rows`` rows."""
+        return [v for v in self.variants if (v in self.OWN_KERNELS or v in TC_ALL) and self.serves(v, rows)]
 
     def _sum(self, spec: cc.KernelSpec, part: torch.Tensor, rows: int, outputs: int, slices: int) -> torch.Tensor:
         """dense_gemv_sum: y = the slices of ``part`` added in order, + bias, activation."""
@@ -307,7 +317,7 @@ class GpuDense:
         return y
 
     def run(self, variant: str, x: torch.Tensor) -> torch.Tensor:
-        if (variant in self.OWN_KERNELS or variant in TC_ALL) and self.serves(variant, x.shape[0]):
+        if variant in self.split_k_forms(x.shape[0]):
             return self._split_k(variant, x)
         y = self._product(variant, x)
         return activate_(y, self.activation)
@@ -381,3 +391,77 @@ class GpuDense:
             return self.measure(lambda: self.run(variant, x), x.device.type, calls, True)
         queue = self.eager_queue
         return self.measure(lambda: [self.run(variant, x) for _ in range(queue)], x.device.type, calls, False) / queue
+
+
+HEAD_MAX_ROWS = 1024      # DenseHead's one-launch forms: up to this many rows (a block a row) ...
+HEAD_MAX_OUTPUTS = 2048   # ... and first-layer outputs (dense_head_sum's HEAD_MAX_N, its shared-memory row)
+HEAD_THREADS = 256        # dense_head_sum's block
+
+
+class DenseHead:
+    """The network's head: a dense layer (with the activation it absorbed) and the dense layer right after it.
+    For each batch size it takes the faster, as GpuDense chooses its forms (``per_batch_choice``), of:
+
+    - ``apart``: the two layers' own calls, each in its own chosen form;
+    - ``<form>+head`` for each split-K form of the first layer (gemv, tiles, tc3...; at most HEAD_MAX_ROWS rows):
+      the form's partial products, then dense_head_sum (dense_gemv.cu), which adds the slices, bias and
+      activation of a row and computes the second layer from them in one launch. That is the first layer's
+      sum kernel and the second layer's product in one CUDA graph node instead of two or three (at 10 images a
+      graph replay spends about 3 us per node besides the kernels, benchmarks/2026-11-28-h200-small-batch-whole).
+
+    ``first_half``: the first layer on FP16 weights, for FP16 inputs (the fast path's HALF_HANDOFF); its choices
+    are kept apart from the fp32 layer's."""
+
+    def __init__(self, first: GpuDense, second: GpuDense, first_half: Optional[GpuDense] = None):
+        self.first, self.second, self.first_half = first, second, first_half
+        self.choices: dict[torch.dtype, tuple[dict, dict]] = {}   # input dtype -> (eager, graph) choices
+        w2, b2 = second.weight, second.bias
+        self.has_kernel = (first.weight.shape[0] <= HEAD_MAX_OUTPUTS and w2.shape[1] == first.weight.shape[0]
+                           and w2.dtype == torch.float32 and w2.device.type == cc.DEVICE_TYPE
+                           and w2.is_contiguous() and (b2 is None or b2.is_contiguous())
+                           and (cc.DEVICE_TYPE != "cuda" or cc.unavailable_reason() is None))
+
+    def forms(self, rows: int, layer: GpuDense) -> list:
+        fused = layer.split_k_forms(rows) if self.has_kernel and rows <= HEAD_MAX_ROWS else []
+        return ["apart"] + [f"{v}+head" for v in fused]
+
+    def run(self, form: str, x: torch.Tensor, layer: Optional[GpuDense] = None) -> torch.Tensor:
+        layer = layer or self._first_for(x)
+        if form == "apart":
+            return self.second(layer(x))
+        variant = form.removesuffix("+head")
+        if variant not in layer.split_k_forms(x.shape[0]) or not self.has_kernel or x.shape[0] > HEAD_MAX_ROWS:
+            raise ValueError(f"unknown dense head form {form!r} for {x.shape[0]} rows; one of "
+                             f"{', '.join(self.forms(x.shape[0], layer))}")
+        part, slices, spec = layer.partials(variant, x)
+        rows, outputs = x.shape[0], layer.weight.shape[0]
+        second = self.second
+        y = scratch((rows, second.weight.shape[0]), x.device)
+        cc.kernel(spec, "dense_head_sum", x.device)(
+            (rows,), (HEAD_THREADS,),
+            (cc.ptr(part), cc.ptr(layer.bias), cc.ptr(second.weight), cc.ptr(second.bias), cc.ptr(y), cc.i32(rows),
+             cc.i32(outputs), cc.i32(slices), cc.i32(0 if layer.bias is None else 1),
+             cc.i32(ACTIVATION_CODES[layer.activation]), cc.i32(second.weight.shape[0]),
+             cc.i32(0 if second.bias is None else 1), cc.i32(ACTIVATION_CODES[second.activation])))
+        return y
+
+    def _first_for(self, x: torch.Tensor) -> GpuDense:
+        return self.first_half if self.first_half is not None and x.dtype == torch.float16 else self.first
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        layer = self._first_for(x)
+        eager, graph = self.choices.setdefault(x.dtype, ({}, {}))
+        form = per_batch_choice(eager, graph, x, lambda: self.forms(x.shape[0], layer),
+                                lambda f, launch_hidden: self._seconds(f, x, layer, launch_hidden))
+        return self.run(form or "apart", x, layer)
+
+    def _seconds(self, form: str, x: torch.Tensor, layer: GpuDense, launch_hidden: bool, calls: int = 5) -> float:
+        """As GpuDense._seconds: a first call (``apart``: the two layers make their own choices in it), then
+        the median of ``calls`` on the GPU alone or, for eager calls, a call's share of calls back to back."""
+        self.run(form, x, layer)
+        measure = layer.measure
+        if launch_hidden:
+            return measure(lambda: self.run(form, x, layer), x.device.type, calls, True)
+        queue = layer.eager_queue
+        return measure(lambda: [self.run(form, x, layer) for _ in range(queue)], x.device.type, calls,
+                       False) / queue

@@ -186,6 +186,8 @@ def test_graphed_and_fast_forward_on_fresh_batches(name):
         [(s.skip, s.gpu_dense.activation) for s in exact.steps if s.gpu_dense is not None]
     assert all("tf32-linear" in s.gpu_dense.variants for s in fast.steps if s.gpu_dense is not None)
     assert not any(set(gpu_dense.TF32_FORMS) & set(s.gpu_dense.variants) for s in exact.steps if s.gpu_dense)
+    # FC -> act -> FC 10: one dense step, whose head takes the second layer too (FUSE_HEAD)
+    assert [s.head is not None and s.head.has_kernel for s in exact.steps if s.gpu_dense] == [True]
     first_conv = fast.steps[0].conv_fn   # its tensor-core kernel (FasterPerBatch may run the exact one at 4 images)
     first_conv = first_conv.ways[FAST_CONV] if isinstance(first_conv, FasterPerBatch) else first_conv
     with torch.inference_mode():   # sp18 / sp19: the first conv hands FP16 to the second (HALF_CONV_HANDOFF)
@@ -539,6 +541,83 @@ def test_gpu_dense_tiles_kernel_matches_float64(monkeypatch, bias):
         relu = gpu_dense.GpuDense(weight, b, median_seconds, "relu")
         out = relu.run("tiles", x)
         assert ((out.double() - torch.relu(ref)).norm() / torch.relu(ref).norm()).item() <= 1e-5
+
+
+def _head_layers(gen, depth, outputs, bias, first_act="tanh", second_act=None, device="cpu"):
+    from convforge import gpu_dense
+    from convforge.engine import median_seconds
+    w1 = torch.randn(outputs, depth, generator=gen) / depth ** 0.5
+    w2 = torch.randn(10, outputs, generator=gen) / outputs ** 0.5
+    b1, b2 = (torch.randn(outputs, generator=gen), torch.randn(10, generator=gen)) if bias else (None, None)
+    first = gpu_dense.GpuDense(w1.to(device), None if b1 is None else b1.to(device), median_seconds, first_act)
+    second = gpu_dense.GpuDense(w2.to(device), None if b2 is None else b2.to(device), median_seconds, second_act)
+
+    def reference(x):
+        act = {"tanh": torch.tanh, "relu": torch.relu, None: lambda v: v}
+        F = torch.nn.functional
+        h = act[first_act](F.linear(x.double().cpu(), w1.double(), None if b1 is None else b1.double()))
+        return act[second_act](F.linear(h, w2.double(), None if b2 is None else b2.double()))
+    return gpu_dense.DenseHead(first, second), first, reference
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_dense_head_kernel_matches_float64(monkeypatch, bias):
+    """dense_head_sum (gpu_dense.DenseHead: a split-K dense layer's slices, bias and activation, then the next dense
+    layer, in one launch), run by the host emulation: within 1e-5 of float64 after gemv partials (5 slices: fewer
+    than its 8 running sums) and tiles-fine ones (15: one round of 8 and 7 more), 45 outputs (not a multiple of
+    the block's threads), both layers' activations, a NaN input row kept NaN; partial and output buffers
+    poisoned (NaN) first. Every split-K form serving the rows is offered beside ``apart``."""
+    from convforge import gpu_dense
+    from convforge.conv import cuda_emulate
+    if cuda_emulate.compiler() is None:
+        pytest.skip("no C++ compiler (g++) for the host emulation")
+    monkeypatch.setattr(gpu_dense, "scratch", lambda shape, device: torch.full(shape, float("nan")))
+    gen = torch.Generator().manual_seed(23)
+    with cuda_emulate.emulated(sm_count=2):
+        head, first, reference = _head_layers(gen, 2052, 45, bias)
+        assert head.has_kernel
+        assert gpu_dense.tiles_slices(19, 45, 2052, 2, "tiles-fine")[0] == 15
+        assert head.forms(19, first) == ["apart"] + [f"{v}+head" for v in first.split_k_forms(19)]
+        assert {"gemv+head", "tiles-fine+head"} <= set(head.forms(19, first))
+        for rows, form in ((7, "gemv+head"), (19, "tiles-fine+head")):   # (apart: each layer's timed choice)
+            x = torch.rand(rows, 2052, generator=gen) * 4 - 2
+            out = head.run(form, x)
+            ref = reference(x)
+            assert out.shape == ref.shape and not out.isnan().any(), form
+            assert ((out.double() - ref).norm() / ref.norm()).item() <= 1e-5, (rows, form)
+        relu, _, reference = _head_layers(gen, 2052, 45, bias, "relu", "tanh")
+        x = torch.rand(9, 2052, generator=gen) * 4 - 2
+        x[3] = float("nan")
+        out, ref = relu.run("gemv+head", x), reference(x)
+        keep = torch.arange(9) != 3
+        assert out[3].isnan().all() and not out[keep].isnan().any()
+        assert ((out[keep].double() - ref[keep]).norm() / ref[keep].norm()).item() <= 1e-5
+        with pytest.raises(ValueError, match="unknown dense head form 'linear\\+head'"):
+            head.run("linear+head", x)
+    big, _, _ = _head_layers(gen, 64, gpu_dense.HEAD_MAX_OUTPUTS + 1, bias)
+    assert not big.has_kernel and big.forms(10, big.first) == ["apart"]
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_dense_head_forms_on_the_gpu():
+    """Every DenseHead form on a GPU at the presets' head sizes (fa17's 7200 -> 500 -> 10, fa18's 17496 -> 160
+    -> 10, fa20's 32 -> 10 after relu): within 1e-5 of float64 for 10, 100 and 1000 rows (the tensor-core
+    partials too), and bit-equal from one call to the next."""
+    gen = torch.Generator().manual_seed(29)
+    for depth, outputs, act in ((7200, 500, "tanh"), (17496, 160, "tanh"), (784, 32, "relu")):
+        head, first, reference = _head_layers(gen, depth, outputs, True, act, device="cuda")
+        assert head.has_kernel
+        for rows in (10, 100, 1000):
+            x = torch.rand(rows, depth, generator=gen).cuda() * 2 - 1
+            ref = reference(x)
+            forms = head.forms(rows, first)
+            assert len(forms) > 2 and any(f.startswith("tc3") for f in forms), forms
+            for form in forms:
+                out = head.run(form, x)
+                err = ((out.double().cpu() - ref).norm() / ref.norm()).item()
+                assert err <= 1e-5, (depth, rows, form, err)
+                assert torch.equal(out, head.run(form, x)), (depth, rows, form)
 
 
 @pytest.mark.gpu

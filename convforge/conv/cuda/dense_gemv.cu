@@ -116,6 +116,14 @@ extern "C" __global__ void __launch_bounds__(CF_WARPS * 32) dense_gemv_part(
 // fixed, so the result is deterministic and a CUDA graph replays bit-equal.
 #define SUM_OUTPUTS 32
 #define SUM_GROUPS 8
+__device__ __forceinline__ float dense_activate(float s, int act)
+{
+    if (act == 1) return tanhf(s);
+    if (act == 2) return (s > 0.f || s != s) ? s : 0.f;   // relu keeps NaN, as torch's does
+    if (act == 3) return 1.f / (1.f + expf(-s));
+    return s;
+}
+
 extern "C" __global__ void __launch_bounds__(SUM_OUTPUTS * SUM_GROUPS) dense_gemv_sum(
     const float* __restrict__ part, const float* __restrict__ bias, float* __restrict__ y, int rows, int N,
     int slices, int has_bias, int act)
@@ -134,8 +142,49 @@ extern "C" __global__ void __launch_bounds__(SUM_OUTPUTS * SUM_GROUPS) dense_gem
 #pragma unroll
     for (int g = 1; g < SUM_GROUPS; ++g) s += sums[g][lane];
     if (has_bias) s += bias[i % N];
-    if (act == 1) s = tanhf(s);
-    else if (act == 2) s = (s > 0.f || s != s) ? s : 0.f;   // relu keeps NaN, as torch's does
-    else if (act == 3) s = 1.f / (1.f + expf(-s));
-    y[i] = s;
+    y[i] = dense_activate(s, act);
+}
+
+// The network's head after a split-K dense layer (gpu_dense.DenseHead): the sum above and the next dense layer
+// in one launch, a CUDA graph node less. Block r takes row r: its threads add the row's slices for N outputs
+// (HEAD_CHAINS running sums each, so that many loads are in flight, added in a fixed order), + bias, activation,
+// into shared memory; then each warp takes outputs j of the second layer (N2 x N weights w2): lanes stride
+// over the N values, a shuffle tree adds them, + bias2, act2. Fixed orders: deterministic. N <= HEAD_MAX_N.
+#define HEAD_THREADS 256
+#define HEAD_MAX_N 2048
+#define HEAD_CHAINS 8
+extern "C" __global__ void __launch_bounds__(HEAD_THREADS) dense_head_sum(
+    const float* __restrict__ part, const float* __restrict__ bias, const float* __restrict__ w2,
+    const float* __restrict__ bias2, float* __restrict__ y, int rows, int N, int slices, int has_bias, int act,
+    int N2, int has_bias2, int act2)
+{
+    __shared__ float h[HEAD_MAX_N];
+    const int r = blockIdx.x;
+    const size_t stride = (size_t)rows * N;
+    for (int n = threadIdx.x; n < N; n += HEAD_THREADS) {
+        const float* p = part + (size_t)r * N + n;
+        float s[HEAD_CHAINS];
+#pragma unroll
+        for (int c = 0; c < HEAD_CHAINS; ++c) s[c] = 0.f;
+        int sl = 0;
+        for (; sl + HEAD_CHAINS <= slices; sl += HEAD_CHAINS) {
+#pragma unroll
+            for (int c = 0; c < HEAD_CHAINS; ++c) s[c] += p[(sl + c) * stride];
+        }
+        for (int c = 0; sl < slices; ++sl, ++c) s[c] += p[sl * stride];
+#pragma unroll
+        for (int c = 1; c < HEAD_CHAINS; ++c) s[0] += s[c];
+        if (has_bias) s[0] += bias[n];
+        h[n] = dense_activate(s[0], act);
+    }
+    __syncthreads();
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int j = warp; j < N2; j += HEAD_THREADS / 32) {
+        const float* wj = w2 + (size_t)j * N;
+        float s = 0.f;
+        for (int n = lane; n < N; n += 32) s = fmaf(wj[n], h[n], s);
+#pragma unroll
+        for (int m = 16; m >= 1; m >>= 1) s += __shfl_xor_sync(0xffffffffu, s, m);
+        if (lane == 0) y[(size_t)r * N2 + j] = dense_activate(has_bias2 ? s + bias2[j] : s, act2);
+    }
 }
