@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Issue #21 device call, from the tree's root: stages (any of) tests ab whole pack.
+# Issue #21 device call, from the tree's root: stages (any of) tests ab whole probe pack.
 # tests: the dense head's GPU tests and the engine's graph / fast / dense GPU tests; ab: head_ab.py (FUSE_HEAD on
 # and off, same process); whole: the previous folder's whole_small.py (bench --whole's rows at 10 and 100 images);
-# pack: $OUT as one tarball.
+# probe: tc_forms_probe.py (3xTF32 dense launch shapes at 100 rows); pack: $OUT as one tarball.
 set -uo pipefail
 HERE=benchmarks/2026-11-28-h200-dense-head-one-launch
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 CONVFORGE_DATA=$PWD/.data
@@ -21,6 +21,8 @@ for stage in "$@"; do
     whole) t whole; timeout ${T_WHOLE:-300} python3 benchmarks/2026-11-28-h200-small-batch-whole/whole_small.py \
         "$OUT/whole.json" ${WHOLE_BATCHES:-10 100} > "$OUT/whole.txt" 2>&1
       grep -v "^ceil" "$OUT/whole.txt" | grep -E "launch\+copy|launch \+ copy" | tail -70;;
+    probe) t probe; timeout ${T_PROBE:-300} python3 $HERE/tc_forms_probe.py "$OUT/tc_forms.json" ${PROBE_ROWS:-100} \
+        > "$OUT/tc_forms.txt" 2>&1; grep "^==" "$OUT/tc_forms.txt";;
     pack) (cd "$OUT" && tar czf /tmp/results.tgz . && rm -rf ./* && mv /tmp/results.tgz .);;
     *) echo "unknown stage $stage";;
   esac
