@@ -387,10 +387,16 @@ class GpuDense:
         ``launch_hidden`` False, a call's share of EAGER_QUEUE calls launched back to back, timed from the host's
         first launch to the GPU's end."""
         self.run(variant, x)   # cuBLAS picks and loads its kernel
-        if launch_hidden:
-            return self.measure(lambda: self.run(variant, x), x.device.type, calls, True)
-        queue = self.eager_queue
-        return self.measure(lambda: [self.run(variant, x) for _ in range(queue)], x.device.type, calls, False) / queue
+        return form_seconds(lambda: self.run(variant, x), x, self.measure, self.eager_queue, launch_hidden, calls)
+
+
+def form_seconds(call: Callable[[], object], x: torch.Tensor, measure: Measure, queue: int, launch_hidden: bool,
+                 calls: int) -> float:
+    """Median seconds of one ``call()`` by ``measure``: on the GPU alone, or (``launch_hidden`` False) a call's
+    share of ``queue`` calls launched back to back, the launch work counted (GpuDense.__call__)."""
+    if launch_hidden:
+        return measure(call, x.device.type, calls, True)
+    return measure(lambda: [call() for _ in range(queue)], x.device.type, calls, False) / queue
 
 
 HEAD_MAX_ROWS = 1024      # DenseHead's one-launch forms: up to this many rows (a block a row) ...
@@ -405,9 +411,10 @@ class DenseHead:
     - ``apart``: the two layers' own calls, each in its own chosen form;
     - ``<form>+head`` for each split-K form of the first layer (gemv, tiles, tc3...; at most HEAD_MAX_ROWS rows):
       the form's partial products, then dense_head_sum (dense_gemv.cu), which adds the slices, bias and
-      activation of a row and computes the second layer from them in one launch. That is the first layer's
-      sum kernel and the second layer's product in one CUDA graph node instead of two or three (at 10 images a
-      graph replay spends about 3 us per node besides the kernels, benchmarks/2026-11-28-h200-small-batch-whole).
+      activation of a row and computes the second layer from them in one launch: the first layer's sum kernel
+      and the second layer's product in one CUDA graph node instead of two or three. Where chosen, graphs ran
+      1.00-1.06x faster at 100-1000 images (1.16x for fa20's fast path at 100) and 0.98-1.03x at 10 (H200,
+      benchmarks/2026-11-28-h200-dense-head-one-launch).
 
     ``first_half``: the first layer on FP16 weights, for FP16 inputs (the fast path's HALF_HANDOFF); its choices
     are kept apart from the fp32 layer's."""
@@ -456,12 +463,7 @@ class DenseHead:
         return self.run(form or "apart", x, layer)
 
     def _seconds(self, form: str, x: torch.Tensor, layer: GpuDense, launch_hidden: bool, calls: int = 5) -> float:
-        """As GpuDense._seconds: a first call (``apart``: the two layers make their own choices in it), then
-        the median of ``calls`` on the GPU alone or, for eager calls, a call's share of calls back to back."""
+        """As GpuDense._seconds, after a first call (``apart``: the two layers make their own choices in it)."""
         self.run(form, x, layer)
-        measure = layer.measure
-        if launch_hidden:
-            return measure(lambda: self.run(form, x, layer), x.device.type, calls, True)
-        queue = layer.eager_queue
-        return measure(lambda: [self.run(form, x, layer) for _ in range(queue)], x.device.type, calls,
-                       False) / queue
+        return form_seconds(lambda: self.run(form, x, layer), x, layer.measure, layer.eager_queue, launch_hidden,
+                            calls)
