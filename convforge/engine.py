@@ -356,12 +356,12 @@ class Engine:
                     step.half_dense = GpuDense(weight.half().contiguous(), bias, median_seconds, activation)
                 j = i + 1 + step.skip
                 if fuse and FUSE_HEAD and j < len(walk) and isinstance(walk[j][0], Dense):
-                    activation = _absorbed_activation(walk, j, fuse and gpu_dense.FUSE_ACTIVATION)
+                    activation2 = _absorbed_activation(walk, j, fuse and gpu_dense.FUSE_ACTIVATION)
                     prefix2 = walk[j][1]
                     second = GpuDense(self.params[f"{prefix2}.weight"], self.params.get(f"{prefix2}.bias"),
-                                      median_seconds, activation, tf32=precision == "fast")
+                                      median_seconds, activation2, tf32=precision == "fast")
                     step.head = DenseHead(step.gpu_dense, second, step.half_dense)
-                    step.skip += 1 + (1 if activation else 0)
+                    step.skip += 1 + (1 if activation2 else 0)
             elif isinstance(layer, Dense) and self.cpu_whole:
                 from convforge.cpu_dense import DenseLayer
                 activation = _absorbed_activation(walk, i, fuse)

@@ -303,9 +303,13 @@ class GpuDense:
             (*args, cc.ptr(part), cc.i32(rows), cc.i32(depth), cc.i32(outputs)))
         return part, slices, spec
 
+    def is_split_k(self, variant: str, rows: int) -> bool:
+        """Whether ``variant`` is a split-K form (this project's kernels) that serves ``rows`` rows."""
+        return (variant in self.OWN_KERNELS or variant in TC_ALL) and self.serves(variant, rows)
+
     def split_k_forms(self, rows: int) -> list:
-        """The split-K forms (this project's kernels) that serve ``rows`` rows."""
-        return [v for v in self.variants if (v in self.OWN_KERNELS or v in TC_ALL) and self.serves(v, rows)]
+        """The split-K forms that serve ``rows`` rows."""
+        return [v for v in self.variants if self.is_split_k(v, rows)]
 
     def _sum(self, spec: cc.KernelSpec, part: torch.Tensor, rows: int, outputs: int, slices: int) -> torch.Tensor:
         """dense_gemv_sum: y = the slices of ``part`` added in order, + bias, activation."""
@@ -317,7 +321,7 @@ class GpuDense:
         return y
 
     def run(self, variant: str, x: torch.Tensor) -> torch.Tensor:
-        if variant in self.split_k_forms(x.shape[0]):
+        if self.is_split_k(variant, x.shape[0]):
             return self._split_k(variant, x)
         y = self._product(variant, x)
         return activate_(y, self.activation)
@@ -437,7 +441,7 @@ class DenseHead:
         if form == "apart":
             return self.second(layer(x))
         variant = form.removesuffix("+head")
-        if variant not in layer.split_k_forms(x.shape[0]) or not self.has_kernel or x.shape[0] > HEAD_MAX_ROWS:
+        if not layer.is_split_k(variant, x.shape[0]) or not self.has_kernel or x.shape[0] > HEAD_MAX_ROWS:
             raise ValueError(f"unknown dense head form {form!r} for {x.shape[0]} rows; one of "
                              f"{', '.join(self.forms(x.shape[0], layer))}")
         part, slices, spec = layer.partials(variant, x)
