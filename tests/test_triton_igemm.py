@@ -5,7 +5,8 @@ on a GPU (sm_90+) or, without one, in Triton's interpreter (tensor descriptors e
 TF32 and BF16 entries still round their operands themselves, so they are held to their reduced tolerance there
 too; the BF16 products are widened to fp32 there, INTERP_NOTE, so its bf16 tl.dot runs on the GPU only). Covered: zero
 padding (square and per-side), rectangular kernels, bias, every tile form the chooser can return (several output
-rows a program, columns past the row, maps and channels no multiple of the tile), the channels-last prologue's
+rows a program, columns past the row, maps and channels no multiple of the tile), 1x1 layers' pointwise
+kernel (POINTWISE_NOTE), the channels-last prologue's
 bits, Inf/NaN inputs where torch's fp32 convolution puts them, the tile chooser, and what the entry refuses.
 """
 
@@ -86,6 +87,60 @@ def test_every_tile_form(name, tile):
     x, w, b = _data(2, 20, 12, 11, 15, 3, 3, seed=tile.r * 10 + tile.tw)
     fn, tolerance = _prepare(name, w, b, config=tile)
     check_layer_call(fn, x.to(DEVICE), _reference(x, w, b, 0), tolerance, f"{name} {tile}")
+
+
+# 1x1 layers without padding (POINTWISE_NOTE): (B, M, C, H, W); positions no multiple of the tile, maps past it.
+POINTWISE_SHAPES = {
+    "one step":     (3, 9, 20, 5, 6),     # channels padded to the k step inside the kernel's mask
+    "two steps":    (2, 40, 40, 7, 9),    # channels 40: two or three k steps, maps no multiple of 16
+    "tall":         (1, 70, 5, 13, 11),   # more maps than a program's tile under the interpreter (16)
+}
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("label", list(POINTWISE_SHAPES))
+def test_pointwise_layers_match_float64(name, label):
+    """1x1 layers take the pointwise kernel (no prologue), checked as every other layer; it agrees with the
+    prologue path of the same entry within the entry's tolerance."""
+    B, M, C, H, W = POINTWISE_SHAPES[label]
+    x, w, b = _data(B, M, C, H, W, 1, 1, seed=len(label) + 40, bias=label != "tall")
+    fn, tolerance = _prepare(name, w, b)
+    assert fn.is_pointwise()
+    ref = _reference(x, w, b, 0)
+    check_layer_call(fn, x.to(DEVICE), ref, tolerance, f"{name} pointwise {label}")
+    prologue, _ = _prepare(name, w, b)
+    prologue.pointwise = False
+    from convforge.harness.check import relative_error
+    assert relative_error(prologue(x.to(DEVICE)), ref) <= tolerance
+
+
+def test_pointwise_serves_1x1_layers_without_padding_only():
+    w1, w3 = torch.randn(8, 16, 1, 1, device=DEVICE), torch.randn(8, 16, 3, 3, device=DEVICE)
+    assert triton_igemm.prepare(w1, precision="tf32").is_pointwise()
+    assert not triton_igemm.prepare(w1, precision="tf32", padding=1).is_pointwise()
+    assert not triton_igemm.prepare(w3, precision="tf32").is_pointwise()
+    assert not triton_igemm.prepare(w1, precision="tf32", config=Tile(1, 16, 16, 16, 4, 1)).is_pointwise()
+    # 3xTF32 keeps the prologue past POINTWISE_3XTF32_MAX_C channels; TF32 and BF16 do not
+    wide = torch.randn(8, triton_igemm.POINTWISE_3XTF32_MAX_C + 1, 1, 1, device=DEVICE)
+    assert not triton_igemm.prepare(wide, precision="tf32x3").is_pointwise()
+    assert triton_igemm.prepare(wide, precision="bf16").is_pointwise()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_pointwise_inf_and_nan_where_torch_puts_them(name):
+    x, w, _ = _data(2, 6, 4, 5, 7, 1, 1, seed=6, bias=False)
+    x = x.abs()                             # no cancelling sums: BF16's error stays within rtol element by element
+    x[0, 1, 2, 3], x[1, 3, 4, 6], x[1, 0, 0, 0] = float("inf"), float("nan"), float("-inf")
+    w = w.abs() + 0.01
+    ref32 = F.conv2d(x, w)
+    fn, _ = _prepare(name, w, None)
+    assert fn.is_pointwise()
+    got = fn(x.to(DEVICE)).cpu()
+    assert torch.equal(torch.isnan(got), torch.isnan(ref32))
+    assert torch.equal(torch.isposinf(got), torch.isposinf(ref32))
+    assert torch.equal(torch.isneginf(got), torch.isneginf(ref32))
+    finite = torch.isfinite(ref32)
+    assert finite.any() and torch.allclose(got[finite], ref32[finite], rtol=1e-2, atol=1e-2)
 
 
 @pytest.mark.parametrize("name", NAMES)

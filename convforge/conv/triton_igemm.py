@@ -18,6 +18,8 @@ their accumulator drifts toward zero (cuda_igemm's FLUSH_NOTE); fp32-accurate, h
 copy and the boxes are half the bytes, and a k step takes 64 channels (a 128-byte box row, as TF32's 32).
 Input and output stay float32 (the registry's contract).
 Zero padding comes from the prologue, the bias from the epilogue; rectangular kernels, stride 1.
+1x1 layers without padding skip the prologue: one GEMM per image on the NCHW input, its operands rounded or split
+in registers (POINTWISE_NOTE; 3xTF32 only up to 64 channels).
 Course step: the course's "unroll fused into a tiled matrix multiply" and "tensor cores" steps, with the
 unrolling done by the copy engine's addressing instead of index arithmetic.
 Bottleneck expected: tensor-core issue (three products a step in 3xTF32) on many-channel layers; the prologue's
@@ -109,6 +111,22 @@ BK_MAX = {"tf32x3": 32, "tf32": 32, "bf16": 64}   # channels a k step: a box row
 # the GPU sums them in its fp32 accumulator instead).
 SPLIT_K = True
 SPLIT_BELOW, MAX_SPLITS, MIN_SPLIT_STEPS = 0.55, 16, 8
+# POINTWISE_NOTE: a 1x1 layer without padding is a plain GEMM per image, y[b] = W x[b], on the NCHW input as it
+# is; the prologue's channels-last copy is most of such a layer's bytes. _pointwise_kernel reads x directly and
+# rounds or splits it in registers. H200 (benchmarks/2026-11-28-h200-igemm-pointwise-1x1, call 1: the wide set's
+# six 1x1 layers and two odd ones, one process), against the prologue path: TF32 1.04-1.83x faster on 6 of 8
+# (0.94-0.97x on two), BF16 1.07-1.89x on 7 of 8 (0.77x on 100 maps of 57 x 43), 3xTF32 0.98-1.94x up to 64
+# channels but 0.73-0.94x at 128-512, where the prologue's pre-split operands cost less than a split per use: 3xTF32
+# keeps the prologue there. It does not catch cuDNN: TF32 0.71-1.01x cuDNN TF32 on the six wide layers (cuDNN reads
+# the 56-px layer at 3.3 TB/s, this kernel at 2.5; the 1024-px ones are write-bound for both), BF16 0.45-0.58x pure
+# bf16 (which writes half the bytes). Launch shape: 64 positions x up to 128 maps, 4 warps, 3 stages was the best
+# of 11 shapes or within 10 % of it on 17 of 24 rows, within 1.21x but on one (1.47x; 128 and 256 positions
+# lost up to 1.5x). A persistent form (weights loaded once a program, walking position tiles) and TF32 without the
+# rounding (the tensor cores dropping the bits) did not beat it (call 2).
+POINTWISE = True
+POINTWISE_MODES = {"tf32": 0, "tf32x3": 1, "bf16": 2}
+POINTWISE_POSITIONS = 64
+POINTWISE_3XTF32_MAX_C = 64
 INTERPRETER_TILE = (1, 16, 16, 16, 4, 1)   # R, TW, BM, BK, warps, stages: small, for the interpreter's tests
 
 
@@ -163,6 +181,14 @@ def _tf32_tile(B: int, M: int, C: int, HO: int, WO: int, depth: int, sms: int) -
     if depth >= 4096 and programs(square, B, M, HO, WO) >= 4 * sms:
         return square
     return small
+
+
+def choose_pointwise_tile(precision: str, B: int, M: int, C: int, positions: int, sms: int) -> Tile:
+    """POINTWISE_NOTE's launch shape for a 1x1 layer: (1, positions, maps, channels a step, warps, stages)."""
+    bk = min(BK_MAX[precision], max(16, _pow2_at_least(C)))
+    if common.INTERPRET:
+        return Tile(1, 16, 16, bk, 4, 1)
+    return Tile(1, POINTWISE_POSITIONS, min(128, max(16, _pow2_at_least(M))), bk, 4, 3)
 
 
 if triton is not None:
@@ -228,6 +254,32 @@ if triton is not None:
         tl.store(y_ptr + y_off, acc, mask=(oh[:, None] < HO) & (ow[:, None] < WO) & (m[None, :] < M))
 
     @triton.jit
+    def _tf32_parts(v, SPLIT3: tl.constexpr):
+        """v's TF32 operand(s): (big, small) of the 3xTF32 split (big truncated, small the rest rounded, as
+        cuda-igemm's weights), or (rounded to nearest, unused) for one product; Inf and NaN stay in big."""
+        bits = v.to(tl.int32, bitcast=True)
+        finite = (bits & 0x7F800000) != 0x7F800000
+        if SPLIT3:
+            big = tl.where(finite, bits & -8192, bits).to(tl.float32, bitcast=True)
+            rest = tl.where(finite, v - big, 0.0)
+            rest_bits = rest.to(tl.int32, bitcast=True)
+            small = tl.where(finite, (rest_bits + 4096) & -8192, rest_bits).to(tl.float32, bitcast=True)
+            small = tl.where(rest == 0.0, v * 9.313225746154785e-10, small)      # 2^-30: small keeps v's sign
+        else:
+            big = tl.where(finite, (bits + 4096) & -8192, bits).to(tl.float32, bitcast=True)
+            small = big
+        return big, small
+
+    @triton.jit
+    def _bf16_high_bits(v):
+        """v rounded to bfloat16 (to nearest even, on the bits: INTERP_NOTE) as int32 holding the 16 bits; a NaN
+        stays a (quiet) NaN, never Inf."""
+        bits = v.to(tl.int32, bitcast=True)
+        finite = (bits & 0x7F800000) != 0x7F800000
+        return tl.where(finite, (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16,
+                        (bits >> 16) | tl.where((bits & 0x7FFFFF) != 0, 0x40, 0))
+
+    @triton.jit
     def _channels_last_kernel(x_ptr, big_ptr, small_ptr, C, H, W, HP, WP, CP, PAD_H, PAD_W,
                               BC: tl.constexpr, BW: tl.constexpr, SPLIT3: tl.constexpr, BF16: tl.constexpr):
         """One padded row (b, hp) of the channels-last copy: BW columns x BC channels, every element written
@@ -243,23 +295,58 @@ if triton is not None:
         load_mask = (c[:, None] < C) & (w[None, :] >= 0) & (w[None, :] < W) & h_inside[None, :]
         src = ((b * C + c[:, None]).to(tl.int64) * H + h) * W + w[None, :]
         v = tl.trans(tl.load(x_ptr + src, mask=load_mask, other=0.0))          # (BW, BC)
-        bits = v.to(tl.int32, bitcast=True)
-        finite = (bits & 0x7F800000) != 0x7F800000
         dst = (row.to(tl.int64) * WP + wp[:, None]) * CP + c[None, :]
         store_mask = (wp[:, None] < WP) & (c[None, :] < CP)
-        if SPLIT3:
-            big = tl.where(finite, bits & -8192, bits).to(tl.float32, bitcast=True)
-            rest = tl.where(finite, v - big, 0.0)
-            rest_bits = rest.to(tl.int32, bitcast=True)
-            small = tl.where(finite, (rest_bits + 4096) & -8192, rest_bits).to(tl.float32, bitcast=True)
-            small = tl.where(rest == 0.0, v * 9.313225746154785e-10, small)      # 2^-30: small keeps v's sign
-            tl.store(small_ptr + dst, small, mask=store_mask)
-        elif BF16:     # to nearest even on the bits (INTERP_NOTE); a NaN stays a (quiet) NaN, never Inf
-            big = tl.where(finite, (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16,
-                           (bits >> 16) | tl.where((bits & 0x7FFFFF) != 0, 0x40, 0)).to(tl.int16)
+        if BF16:
+            tl.store(big_ptr + dst, _bf16_high_bits(v).to(tl.int16), mask=store_mask)
         else:
-            big = tl.where(finite, (bits + 4096) & -8192, bits).to(tl.float32, bitcast=True)
-        tl.store(big_ptr + dst, big, mask=store_mask)
+            big, small = _tf32_parts(v, SPLIT3)
+            if SPLIT3:
+                tl.store(small_ptr + dst, small, mask=store_mask)
+            tl.store(big_ptr + dst, big, mask=store_mask)
+
+    @triton.jit
+    def _pointwise_kernel(x_ptr, wb_ptr, ws_ptr, y_ptr, bias_ptr, M, C, P, CP, m_tiles,
+                          BN: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, MODE: tl.constexpr,
+                          HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr):
+        """POINTWISE_NOTE: a 1x1 layer without padding, y[b] (M x P) = W (M x C) x[b] (C x P), read from the
+        NCHW input itself: BM maps x BN positions of one image a program, the maps' programs of a position tile
+        next to each other (they read the same input tile). MODE 0: TF32 (x rounded to nearest in registers),
+        1: 3xTF32 (x split in registers, a fresh sum per k step: SUMS_NOTE), 2: BF16. The weights come packed
+        (Mp, Cp) and zero-padded: their loads need no mask."""
+        pid = tl.program_id(0)
+        m0 = (pid % m_tiles) * BM
+        p = (pid // m_tiles) * BN + tl.arange(0, BN)
+        b = tl.program_id(1)
+        m = m0 + tl.arange(0, BM)
+        x_img = x_ptr + b.to(tl.int64) * C * P
+        acc = tl.zeros([BM, BN], dtype=tl.float32)
+        for c0 in range(0, CP, BK):
+            c = c0 + tl.arange(0, BK)
+            v = tl.load(x_img + c[:, None].to(tl.int64) * P + p[None, :],
+                        mask=(c[:, None] < C) & (p[None, :] < P), other=0.0)
+            w_off = m[:, None] * CP + c[None, :]
+            wb = tl.load(wb_ptr + w_off)
+            if MODE == 2:
+                xb = (_bf16_high_bits(v) << 16).to(tl.float32, bitcast=True)   # a bf16 value: casts are exact
+                if UPCAST:
+                    acc = tl.dot(wb.to(tl.float32), xb, acc, input_precision="tf32")
+                else:
+                    acc = tl.dot(wb, xb.to(tl.bfloat16), acc)
+            else:
+                xb, xs = _tf32_parts(v, MODE == 1)
+                if MODE == 1:
+                    ws = tl.load(ws_ptr + w_off)
+                    part = tl.dot(ws, xb, input_precision="tf32")
+                    part = tl.dot(wb, xs, part, input_precision="tf32")
+                    part = tl.dot(wb, xb, part, input_precision="tf32")
+                    acc += part
+                else:
+                    acc = tl.dot(wb, xb, acc, input_precision="tf32")
+        if HAS_BIAS:
+            acc += tl.load(bias_ptr + m, mask=m < M, other=0.0)[:, None]
+        y_off = (b * M + m[:, None]).to(tl.int64) * P + p[None, :]
+        tl.store(y_ptr + y_off, acc, mask=(m[:, None] < M) & (p[None, :] < P))
 
 
 def unavailable_reason() -> Optional[str]:
@@ -291,6 +378,7 @@ class IgemmTmaLayer:
         self.sms = torch.cuda.get_device_properties(weight.device).multi_processor_count \
             if weight.is_cuda else 1
 
+    pointwise = POINTWISE   # off: 1x1 layers take the prologue and the implicit GEMM (A/B runs)
     sums = 0    # how 3xTF32 sums its products (SUMS_NOTE); 1 is the known-wrong fixture
     split_k = SPLIT_K   # off: one program per tile whatever the grid (A/B runs)
 
@@ -351,7 +439,9 @@ class IgemmTmaLayer:
         if HO < 1 or WO < 1:
             raise ValueError(f"input {H}x{W} (padded {HP}x{WP}) is smaller than the {self.KH}x{self.KW} kernel")
         y, result = common.output_for(out, (B, self.M, HO, WO), x)
-        if y.numel():
+        if y.numel() and self.is_pointwise():
+            self.pointwise_call(x, y, self.pointwise_tile(B, H * W))
+        elif y.numel():
             t = self.tile(B, HO, WO)
             _, _, wb_desc, ws_desc = self.packed(t)
             xb, xs = self.channels_last(x, t.bk)
@@ -370,6 +460,29 @@ class IgemmTmaLayer:
             if splits > 1:
                 torch.sum(dst, dim=0, out=y)   # a fixed order: the same sums every call
         return common.finish(y, result)
+
+    def is_pointwise(self) -> bool:
+        """A 1x1 layer without padding whose tile is not fixed by the caller: POINTWISE_NOTE's kernel."""
+        return self.pointwise and self.KH == self.KW == 1 and self.pad_h == self.pad_w == 0 \
+            and self.fixed_tile is None and (self.precision != "tf32x3" or self.C <= POINTWISE_3XTF32_MAX_C)
+
+    def pointwise_tile(self, B: int, positions: int) -> Tile:
+        key = (B, -1, positions)
+        if key not in self._tiles:
+            self._tiles[key] = choose_pointwise_tile(self.precision, B, self.M, self.C, positions, self.sms)
+        return self._tiles[key]
+
+    def pointwise_call(self, x: torch.Tensor, y: torch.Tensor, tile: Tile) -> None:
+        """y = conv1x1(x) by _pointwise_kernel in ``tile`` (r 1, tw positions, bm maps, bk channels a step)."""
+        B = x.shape[0]
+        positions = x.shape[2] * x.shape[3]
+        wb, ws, _, _ = self.packed(tile)
+        m_tiles = triton.cdiv(self.M, tile.bm)
+        _pointwise_kernel[(m_tiles * triton.cdiv(positions, tile.tw), B)](
+            x, wb, ws, y, self.bias, self.M, self.C, positions, self.channels_padded(tile.bk), m_tiles,
+            BN=tile.tw, BM=tile.bm, BK=tile.bk, MODE=POINTWISE_MODES[self.precision],
+            HAS_BIAS=self.bias is not None, UPCAST=common.INTERPRET and self.dtype == torch.bfloat16,
+            num_warps=tile.warps, num_stages=tile.stages)
 
     def splits_for(self, tile: Tile, B: int, HO: int, WO: int, steps: int) -> int:
         """Split-K (SPLIT_NOTE): enough splits that the programs fill about one wave of the SMs, each split
