@@ -842,6 +842,36 @@ def _fused_backward(ctx, grad):
 conv2d_act_pool.register_autograd(_fused_backward, setup_context=_fused_setup)
 
 
+def _import_dynamo_on_demand(op) -> bool:
+    """DYNAMO_NOTE: torch.library.custom_op wraps each kernel in torch._disable_dynamo, whose first call imports
+    torch._dynamo (with sympy, Triton and FSDP's modules: 3.9 s on a 2-core CPU, and most of the 4.5 s the
+    process's first auto call spent before measuring anything on an H200, benchmarks/2026-11-28-h200-igemm-
+    pointwise-1x1, call 4). Dynamo cannot be tracing a call before it is imported, so until then the kernel runs
+    as it is; from the first call that finds it imported on, it is wrapped in torch._dynamo.disable as the
+    wrapper would have done. The wrapper caches what it calls in the kernel's ``__dynamo_disable`` attribute:
+    this sets that attribute. Returns whether the op's kernels had that shape (else nothing is changed)."""
+    kernels = getattr(op, "_backend_fns", None)
+    targets = [getattr(k, "__wrapped__", None) for k in kernels.values()] if isinstance(kernels, dict) else []
+    if not targets or not all(callable(t) and getattr(t, "__dynamo_disable", None) is None for t in targets):
+        return False
+    for target in targets:
+        def on_demand(*args, _target=target, **kwargs):
+            dynamo = sys.modules.get("torch._dynamo")
+            if dynamo is None or not hasattr(dynamo, "disable"):    # absent, or still importing
+                return _target(*args, **kwargs)
+            try:
+                disabled = dynamo.disable(_target, recursive=True, wrapping=False)
+            except TypeError:   # a torch whose disable takes no ``wrapping``
+                disabled = dynamo.disable(_target, recursive=True)
+            setattr(_target, "__dynamo_disable", disabled)
+            return disabled(*args, **kwargs)
+        setattr(target, "__dynamo_disable", on_demand)
+    return True
+
+
+DYNAMO_ON_DEMAND = {op._name: _import_dynamo_on_demand(op) for op in (conv2d, conv2d_act_pool)}
+
+
 def reset() -> None:
     """Forget in-memory choices and prepared kernels (the disk cache stays)."""
     dispatcher.clear()

@@ -273,6 +273,33 @@ def test_optimize_fuses_a_patched_model_and_patches_an_untraceable_one():
     assert "could not trace" in str(same.convforge_report)
 
 
+def test_first_call_does_not_import_dynamo(tmp_path):
+    """DYNAMO_NOTE: a fresh process's first op call leaves torch._dynamo (and its seconds of imports) unloaded;
+    once dynamo is imported, the op still runs, now under torch._dynamo.disable, and compiles without a break."""
+    code = textwrap.dedent("""
+        import sys
+        import torch
+        import torch.nn.functional as F
+        from convforge import torch_ops
+        assert all(torch_ops.DYNAMO_ON_DEMAND.values()), torch_ops.DYNAMO_ON_DEMAND
+        x, w = torch.randn(2, 3, 9, 9), torch.randn(4, 3, 3, 3)
+        y = torch.ops.convforge.conv2d(x, w, None, [1, 1], [0, 0], "torch")
+        z = torch.ops.convforge.conv2d_act_pool(x, w, None, [1, 1], [0, 0], "relu", 2, "torch")
+        assert "torch._dynamo" not in sys.modules, "the first calls imported torch._dynamo"
+        import torch._dynamo
+        assert torch.equal(torch.ops.convforge.conv2d(x, w, None, [1, 1], [0, 0], "torch"), y)
+        f = torch.compile(lambda v: torch.ops.convforge.conv2d(v, w, None, [1, 1], [0, 0], "torch"),
+                          fullgraph=True, backend="aot_eager")
+        assert torch.allclose(f(x), F.conv2d(x, w), rtol=1e-5, atol=1e-4)
+        assert torch.allclose(z, F.max_pool2d(F.relu(F.conv2d(x, w)), 2), rtol=1e-5, atol=1e-4)
+        print("ok")
+    """)
+    env = dict(os.environ, PYTHONPATH=str(REPO), CONVFORGE_CACHE=str(tmp_path / "cache"))
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stdout + done.stderr
+
+
 def test_fullgraph_compile_has_no_graph_break():
     model = _randomize(LeNet5())
     x = torch.randn(2, 1, 28, 28)
