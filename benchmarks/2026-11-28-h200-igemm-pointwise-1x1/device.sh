@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Issue #24 device call, from the tree's root: stages (any of) probe probe2 tests gpumode wide first auto optests pack.
+# Issue #24 device call, from the tree's root: stages (any of) probe probe2 tests gpumode wide first auto optests kernels pack.
 # auto: the 72 shapes' first auto calls on empty caches (the tf32-rule folder's stage); optests: the torch
 # op's tests on the GPU; first: first_call_profile.py (the process's first auto call, empty caches, under cProfile);
+# kernels: torch_choice_kernels.py (the shape where auto's torch choice ran 1.195x cuDNN);
 # probe: probe.py (pointwise launch shapes, 1x1 layers); tests: tests/test_triton_igemm.py on the GPU;
 # gpumode / wide: `convforge bench` of cuDNN fp32 / TF32 / bf16 and triton-igemm in one process; pack: $OUT as one
 # tarball.
@@ -34,6 +35,9 @@ for stage in "$@"; do
     auto) t auto; OUT=$OUT bash benchmarks/2026-11-28-h100-tf32-rule-3xtf32-forms/device.sh auto | tail -25;;
     optests) t optests; timeout ${T_OPTESTS:-240} python3 -m pytest -q tests/test_torch_ops.py tests/test_torch_compile.py \
         > "$OUT/optests.txt" 2>&1; tail -3 "$OUT/optests.txt";;
+    kernels) t kernels; d=$(mktemp -d)
+      CONVFORGE_CACHE=$d/cf CUPY_CACHE_DIR=$d/cupy TRITON_CACHE_DIR=$d/triton timeout 200 python3 \
+        $HERE/torch_choice_kernels.py "$OUT/torch_choice_kernels.txt" 2>&1 | tail -30;;
     pack) (cd "$OUT" && tar czf /tmp/results.tgz . && rm -rf ./* && mv /tmp/results.tgz .);;
     *) echo "unknown stage $stage";;
   esac
