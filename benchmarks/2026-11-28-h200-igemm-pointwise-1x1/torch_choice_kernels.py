@@ -35,7 +35,8 @@ with torch.no_grad():
             torch.cuda.synchronize()
         lines.append(f"--- {name}")
         for e in prof.key_averages():
-            if e.device_type.name == "CUDA" or getattr(e, "self_device_time_total", 0):
-                lines.append(f"  {e.key[:110]}  calls {e.count}  mean {e.device_time_total / max(e.count, 1):.1f} us")
+            gpu_us = getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0)
+            if gpu_us:
+                lines.append(f"  {e.key[:110]}  calls {e.count}  mean {gpu_us / max(e.count, 1):.1f} us")
 open(sys.argv[1], "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
