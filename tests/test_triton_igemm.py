@@ -126,6 +126,15 @@ def test_pointwise_serves_1x1_layers_without_padding_only():
     assert triton_igemm.prepare(wide, precision="bf16").is_pointwise()
 
 
+@pytest.mark.skipif(INTERPRETED, reason="70000 programs: minutes in the interpreter")
+def test_pointwise_takes_any_batch():
+    """More images than a grid's second axis holds (65535): every image computed."""
+    x, w, b = _data(70000, 3, 2, 1, 2, 1, 1, seed=8)
+    fn, tolerance = _prepare("triton-igemm-tf32", w, b)
+    assert fn.is_pointwise()
+    check_layer_call(fn, x.to(DEVICE), _reference(x, w, b, 0), tolerance, "tf32 pointwise, 70000 images")
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_pointwise_inf_and_nan_where_torch_puts_them(name):
     x, w, _ = _data(2, 6, 4, 5, 7, 1, 1, seed=6, bias=False)

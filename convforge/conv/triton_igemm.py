@@ -306,19 +306,20 @@ if triton is not None:
             tl.store(big_ptr + dst, big, mask=store_mask)
 
     @triton.jit
-    def _pointwise_kernel(x_ptr, wb_ptr, ws_ptr, y_ptr, bias_ptr, M, C, P, CP, m_tiles,
+    def _pointwise_kernel(x_ptr, wb_ptr, ws_ptr, y_ptr, bias_ptr, M, C, P, CP, m_tiles, p_tiles,
                           BN: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, MODE: tl.constexpr,
                           HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr):
         """POINTWISE_NOTE: a 1x1 layer without padding, y[b] (M x P) = W (M x C) x[b] (C x P), read from the
         NCHW input itself: BM maps x BN positions of one image a program, the maps' programs of a position tile
-        next to each other (they read the same input tile). MODE 0: TF32 (x rounded to nearest in registers),
+        next to each other (they read the same input tile), then the image's position tiles, then the images,
+        all on the grid's first axis (any batch: the others stop at 65535). MODE 0: TF32 (x rounded to nearest in registers),
         1: 3xTF32 (x split in registers, a fresh sum per k step: SUMS_NOTE), 2: BF16. The weights come packed
         (Mp, Cp) and zero-padded: their loads need no mask."""
         pid = tl.program_id(0)
-        m0 = (pid % m_tiles) * BM
-        p = (pid // m_tiles) * BN + tl.arange(0, BN)
-        b = tl.program_id(1)
-        m = m0 + tl.arange(0, BM)
+        m = (pid % m_tiles) * BM + tl.arange(0, BM)
+        tile = pid // m_tiles
+        b = tile // p_tiles
+        p = (tile - b * p_tiles) * BN + tl.arange(0, BN)
         x_img = x_ptr + b.to(tl.int64) * C * P
         acc = tl.zeros([BM, BN], dtype=tl.float32)
         for c0 in range(0, CP, BK):
@@ -477,9 +478,9 @@ class IgemmTmaLayer:
         B = x.shape[0]
         positions = x.shape[2] * x.shape[3]
         wb, ws, _, _ = self.packed(tile)
-        m_tiles = triton.cdiv(self.M, tile.bm)
-        _pointwise_kernel[(m_tiles * triton.cdiv(positions, tile.tw), B)](
-            x, wb, ws, y, self.bias, self.M, self.C, positions, self.channels_padded(tile.bk), m_tiles,
+        m_tiles, p_tiles = triton.cdiv(self.M, tile.bm), triton.cdiv(positions, tile.tw)
+        _pointwise_kernel[(m_tiles * p_tiles * B,)](
+            x, wb, ws, y, self.bias, self.M, self.C, positions, self.channels_padded(tile.bk), m_tiles, p_tiles,
             BN=tile.tw, BM=tile.bm, BK=tile.bk, MODE=POINTWISE_MODES[self.precision],
             HAS_BIAS=self.bias is not None, UPCAST=common.INTERPRET and self.dtype == torch.bfloat16,
             num_warps=tile.warps, num_stages=tile.stages)
