@@ -5,9 +5,9 @@ on a GPU (sm_90+) or, without one, in Triton's interpreter (tensor descriptors e
 TF32 and BF16 entries still round their operands themselves, so they are held to their reduced tolerance there
 too; the BF16 products are widened to fp32 there, INTERP_NOTE, so its bf16 tl.dot runs on the GPU only). Covered: zero
 padding (square and per-side), rectangular kernels, bias, every tile form the chooser can return (several output
-rows a program, columns past the row, maps and channels no multiple of the tile), 1x1 layers' pointwise
-kernel (POINTWISE_NOTE), the channels-last prologue's
-bits, Inf/NaN inputs where torch's fp32 convolution puts them, the tile chooser, and what the entry refuses.
+rows a program, columns past the row, maps and channels no multiple of the tile), 1x1 layers' pointwise kernel
+(POINTWISE_NOTE), the channels-last prologue's bits, Inf/NaN inputs where torch's fp32 convolution puts them, the
+tile chooser, and what the entry refuses.
 """
 
 from __future__ import annotations

@@ -80,7 +80,7 @@ for B, M, C, H, W in LAYERS:
         except Exception as e:
             record(dict(shape=shape, variant=f"{precision} prologue+igemm", error=str(e).splitlines()[0][:200], **env))
         layer = ti.prepare(w, None, precision)
-        chosen = layer.pointwise_tile(B, H * W)
+        chosen = layer.pointwise_tile()
         tiles = [chosen] + [t for t in dict.fromkeys(
             Tile(1, bn, min(bm, max(16, ti._pow2_at_least(M))), chosen.bk, wp, st) for bn, bm, wp, st in FORMS)
             if t != chosen]

@@ -130,7 +130,7 @@ for B, M, C, H, W in LAYERS:
         bk_max = {"tf32": 128, "bf16": 128, "tf32x3": 64}[precision]
         one = min(bk_max, max(16, ti._pow2_at_least(C)))
         bm = min(128, max(16, ti._pow2_at_least(M)))
-        base_bk = layer.pointwise_tile(B, H * W).bk
+        base_bk = layer.pointwise_tile().bk
         variants = [("landed", Tile(1, 64, bm, base_bk, 4, 3), None, False)]
         for bn, warps, stages in ((64, 4, 3), (128, 4, 3), (128, 8, 3), (64, 4, 4), (128, 8, 4), (32, 4, 4)):
             for per_sm in (2, 4):

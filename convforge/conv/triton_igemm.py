@@ -183,8 +183,9 @@ def _tf32_tile(B: int, M: int, C: int, HO: int, WO: int, depth: int, sms: int) -
     return small
 
 
-def choose_pointwise_tile(precision: str, B: int, M: int, C: int, positions: int, sms: int) -> Tile:
-    """POINTWISE_NOTE's launch shape for a 1x1 layer: (1, positions, maps, channels a step, warps, stages)."""
+def choose_pointwise_tile(precision: str, M: int, C: int) -> Tile:
+    """POINTWISE_NOTE's launch shape for a 1x1 layer: (1, positions, maps, channels a step, warps, stages); one
+    shape for every batch and image size (the measured rule needs neither)."""
     bk = min(BK_MAX[precision], max(16, _pow2_at_least(C)))
     if common.INTERPRET:
         return Tile(1, 16, 16, bk, 4, 1)
@@ -441,7 +442,7 @@ class IgemmTmaLayer:
             raise ValueError(f"input {H}x{W} (padded {HP}x{WP}) is smaller than the {self.KH}x{self.KW} kernel")
         y, result = common.output_for(out, (B, self.M, HO, WO), x)
         if y.numel() and self.is_pointwise():
-            self.pointwise_call(x, y, self.pointwise_tile(B, H * W))
+            self.pointwise_call(x, y, self.pointwise_tile())
         elif y.numel():
             t = self.tile(B, HO, WO)
             _, _, wb_desc, ws_desc = self.packed(t)
@@ -467,11 +468,8 @@ class IgemmTmaLayer:
         return self.pointwise and self.KH == self.KW == 1 and self.pad_h == self.pad_w == 0 \
             and self.fixed_tile is None and (self.precision != "tf32x3" or self.C <= POINTWISE_3XTF32_MAX_C)
 
-    def pointwise_tile(self, B: int, positions: int) -> Tile:
-        key = (B, -1, positions)
-        if key not in self._tiles:
-            self._tiles[key] = choose_pointwise_tile(self.precision, B, self.M, self.C, positions, self.sms)
-        return self._tiles[key]
+    def pointwise_tile(self) -> Tile:
+        return choose_pointwise_tile(self.precision, self.M, self.C)
 
     def pointwise_call(self, x: torch.Tensor, y: torch.Tensor, tile: Tile) -> None:
         """y = conv1x1(x) by _pointwise_kernel in ``tile`` (r 1, tw positions, bm maps, bk channels a step)."""
