@@ -360,8 +360,8 @@ def _add_sweep(sub) -> None:
                    help="instead: each layer's chosen configuration, and it with these fields changed")
     g.add_argument("--jobs", type=int, default=0, metavar="N", help="compile the CUDA variants first in N processes")
     g.add_argument("--write-auto", metavar="FILE", help="write cuda-auto's table (convforge/tuning/cuda-auto.json): "
-                   "per layer and pool the fastest exact CUDA kernel and configuration of this run, merged in as "
-                   "entries for --batch")
+                   "per layer and pool the fastest CUDA kernel held to the exact tolerance (fp32 or 3xTF32) and its "
+                   "configuration of this run, merged in as entries for --batch")
     g.add_argument("--write-tuning", metavar="DIR", help="merge each layer's fastest configuration of this run into "
                    "DIR/<impl>.json (cuda-direct, cuda-fused-gemm, cuda-tc, triton-direct; DIR: convforge/tuning)")
     g.add_argument("--json", metavar="FILE", help="also write every row to FILE")

@@ -28,9 +28,10 @@ def test_two_conv_network_cost():
     assert cost.flops == conv + dense
 
 
-def test_exact_floor_counts_dense_layers_at_the_best_exact_rate():
-    """The exact path's dense layers may run on 3xTF32 tensor cores: the floor counts their FLOPs at the larger
-    of the fp32 rate and a third of the TF32 rate, the convolutions' at the fp32 rate."""
+def test_exact_floor_counts_every_layer_at_the_best_exact_rate():
+    """The exact path's dense layers (GpuDense's tc3 forms) and its plain convs (cuda-auto's cuda-tc-3xtf32 entries)
+    may run on 3xTF32 tensor cores: the floor counts all FLOPs at the larger of the fp32 rate and a third of the
+    TF32 rate."""
     from convforge.harness.probes import Ceilings
     from convforge.harness.whole import NetworkCost, exact_floor_s
     cost = NetworkCost(flops=3_000_000_000, bytes_moved=1000, dense_flops=1_000_000_000)
@@ -38,7 +39,7 @@ def test_exact_floor_counts_dense_layers_at_the_best_exact_rate():
     assert exact_floor_s(fp32_only, cost) == pytest.approx(3e9 / 50e12)
     assert exact_floor_s(fp32_only, cost) == pytest.approx(fp32_only.floor_s(cost.flops, cost.bytes_moved))
     tensor = Ceilings(copy_gbps=1000.0, matmul_gflops=50_000.0, tf32_gflops=450_000.0)   # 3xTF32: 150 TFLOP/s
-    assert exact_floor_s(tensor, cost) == pytest.approx(2e9 / 50e12 + 1e9 / 150e12)
+    assert exact_floor_s(tensor, cost) == pytest.approx(3e9 / 150e12)
     slow_tc = Ceilings(copy_gbps=1000.0, matmul_gflops=50_000.0, tf32_gflops=60_000.0)   # 20 < 50: fp32 wins
     assert exact_floor_s(slow_tc, cost) == pytest.approx(3e9 / 50e12)
     assert exact_floor_s(tensor, NetworkCost(10, 10**9)) == pytest.approx(1e9 / 1000e9)   # bytes-bound

@@ -200,6 +200,9 @@ IMPLEMENTATIONS: tuple[ConvImpl, ...] = (
     ConvImpl("cuda-tc-fp16", "cuda_tc", ("cuda",), "fp16",
              "implicit GEMM on tensor cores, FP16 inputs, fp32 accumulate; fused act + 2x2 pool in the epilogue (conv rows of a window in one lane)", ("cupy",), fuses=True,
              install_hint=_CUPY),
+    ConvImpl("cuda-tc-3xtf32", "cuda_tc", ("cuda",), "tf32x3",
+             "the gather kernel on split TF32: three mma.sync products a multiply, each k step's sum added in fp32 "
+             "(fp32-accurate: exact tolerance); few-channel layers", ("cupy",), install_hint=_CUPY),
     ConvImpl("cuda-igemm-3xtf32", "cuda_igemm", ("cuda",), "tf32x3",
              "implicit GEMM over the whole batch on tensor cores, split TF32 (3 products, fp32-accurate: exact "
              "tolerance), cp.async multi-stage tiles; for many-channel layers", ("cupy",), install_hint=_CUPY),
@@ -213,7 +216,8 @@ IMPLEMENTATIONS: tuple[ConvImpl, ...] = (
              "direct convolution, weights as constant-bank FFMA operands, register tiles of columns x maps, "
              "optional fused act + pool", ("cupy",), fuses=True, install_hint=_CUPY),
     ConvImpl("cuda-auto", "cuda_auto", ("cuda",), "fp32",
-             "per layer shape, the fastest exact CUDA kernel according to the recorded bench results",
+             "per layer shape, the fastest CUDA kernel held to the exact tolerance (fp32 or 3xTF32) according to the "
+             "recorded bench results",
              ("cupy",), fuses=True, install_hint=_CUPY),
     # -- Triton -------------------------------------------------------------------------------------
     ConvImpl("triton-direct", "triton_direct", ("cuda",), "fp32",

@@ -9,7 +9,8 @@ implementation, config), on the first call that needs it; a call made while a CU
 not prepare one (that compiles and allocates) but reuses one prepared for its size, so warm up at the batch you
 capture (``engine.GraphedForward`` runs two uncaptured passes first). With no entry
 it runs cuda-fused-gemm (plain calls) or cuda-fused-layer (fused calls) with their modelled default launch
-shapes. Only exact (fp32) kernels are eligible. An entry's ``shape`` is M, C, H, W, K and ``pool`` (1 for a
+shapes. Only kernels held to the exact tolerance are eligible: fp32 arithmetic, and cuda-tc-3xtf32's split TF32
+(three tensor-core products a multiply, fp32-accurate), which serves plain (unfused) layers. An entry's ``shape`` is M, C, H, W, K and ``pool`` (1 for a
 plain conv), its ``config`` the delegate and the delegate's launch config (null: the delegate's own choice)::
 
     {"shape": {"M": 24, "C": 12, "H": 33, "W": 33, "K": 7, "pool": 1},
@@ -34,9 +35,9 @@ from convforge import tuning
 from convforge.conv import cuda_common as cc
 
 TUNING = "cuda-auto"     # convforge/tuning/cuda-auto.json
-ELIGIBLE = frozenset({  # the exact CUDA implementations
+ELIGIBLE = frozenset({  # the CUDA implementations held to the exact tolerance
     "cuda-naive", "cuda-tiled", "cuda-constmem", "cuda-unroll-gemm", "cuda-fused-gemm", "cuda-fused-layer",
-    "cuda-direct"})
+    "cuda-direct", "cuda-tc-3xtf32"})
 FUSING = {"cuda-fused-layer", "cuda-direct"}
 DEFAULT_PLAIN, DEFAULT_FUSED = "cuda-fused-gemm", "cuda-fused-layer"
 unavailable_reason = cc.unavailable_reason

@@ -19,6 +19,12 @@ output of a producer that writes FP16 (cuda-direct's ``out_dtype``; the engine's
 first conv): half the input bytes, and with ``xh=1`` the FP16 words go to shared memory as they are, no conversion.
 The rows and pairs kernels read fp32: an FP16 x is widened for them first (exact, one extra pass).
 
+cuda-tc-3xtf32 (precision ``tf32x3``, the gather kernel only; SPLIT3_NOTE): split TF32, the technique of
+cuda-igemm-3xtf32 on this kernel's gathers. The weights are split on the host into big + small TF32 parts (B
+fragments of four registers), each gathered input is split in registers, and a k step's three products
+a_small*b_big + a_big*b_small + a_big*b_big go to a fresh sum added to the accumulator in fp32 (the tensor cores'
+accumulation truncates: cuda_igemm's FLUSH_NOTE). fp32-accurate, held to the exact tolerance (1e-5), so cuda-auto
+may choose it for the exact path's unfused layers; it writes float32 and reads float32.
 Three kernels, chosen per layer (``config={"kernel": "gather" | "rows" | "pairs"}``; default: the measured
 winner in ``convforge/tuning/cuda-tc.json``, else ``default_kernel``). ``cuda/tc_rows.cu`` treats each filter row as a banded (Toeplitz)
 matrix: A fragments are plain rows of the staged image (no gather, no address table), one per k column,
@@ -48,10 +54,12 @@ from typing import Optional
 import torch
 
 from convforge import tuning
-from convforge.conv import cuda_common as cc, round_tf32
+from convforge.conv import cuda_common as cc, round_tf32, split_tf32
 from convforge.models import ACTIVATIONS
 
-PRECISIONS = ("tf32", "fp16")
+PRECISIONS = ("tf32", "fp16")            # every kernel's (gather, rows, pairs, pool)
+GATHER_PRECISIONS = PRECISIONS + ("tf32x3",)   # the gather kernel's: also 3xTF32 (SPLIT3_NOTE)
+PREC_CODES = {"tf32": 0, "fp16": 1, "tf32x3": 2}   # tc.cu's CF_PREC
 SOURCE = "tc.cu"
 SMEM_OPTIN_DEFAULT = 227 * 1024
 LAUNCH_CONFIGS: tuple[dict, ...] = (
@@ -138,13 +146,15 @@ class TcGeometry(LayerShape):
             return 2 * (self.img // 2 + 1)    # two FP16 copies of img / 2 + 1 words
         return cc.cdiv(self.img, 4) * 4 if self.xsmem else 0
     @property
-    def bs_words(self): return self.ks * self.ntl * 64 if self.bsmem else 0
+    def b_words(self): return 4 if self.precision == "tf32x3" else 2   # B registers a lane per (k step, map tile)
+    @property
+    def bs_words(self): return self.ks * self.ntl * 32 * self.b_words if self.bsmem else 0
     @property
     def smem_bytes(self): return 4 * (self.xs_floats + self.bs_words + self.kp)
 
     def spec(self) -> cc.KernelSpec:
         return cc.KernelSpec.of(SOURCE, CF_M=self.M, CF_C=self.C, CF_H=self.H, CF_W=self.W, CF_K=self.K,
-                                CF_PREC=1 if self.precision == "fp16" else 0, CF_RM=self.rm, CF_NT=self.nt,
+                                CF_PREC=PREC_CODES[self.precision], CF_RM=self.rm, CF_NT=self.nt,
                                 CF_XSMEM=int(self.xsmem), CF_BSMEM=int(self.bsmem), CF_TF32_ROUND=self.round,
                                 **({"CF_STREAM_STORES": 1} if self.cs else {}),
                                 **({"CF_OUT_HALF": 1} if self.out_half else {}),
@@ -167,8 +177,8 @@ def _option(cfg: dict, key: str, choices: dict) -> int:
 
 def plan(M: int, C: int, H: int, W: int, K: int, precision: str, config: Optional[dict] = None,
          smem_optin: int = SMEM_OPTIN_DEFAULT, in_half: bool = False) -> TcGeometry:
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if precision not in GATHER_PRECISIONS:
+        raise ValueError(f"precision must be one of {GATHER_PRECISIONS}, got {precision!r}")
     cfg = {**DEFAULT_CONFIG, **(config or {})}
     unknown = set(cfg) - {"rm", "nt", "round", "cs", "xh"}
     if unknown:
@@ -439,9 +449,12 @@ def stages_half_pairs(M: int, C: int, H: int, W: int, K: int, precision: str = "
     return (config.get("kernel") or default_kernel(C, K, M)) == "gather" and bool(config.get("xh"))
 
 
-def default_kernel(C: int, K: int, M: int = 0) -> str:
+def default_kernel(C: int, K: int, M: int = 0, precision: str = "tf32") -> str:
     """The kernel for a layer with no tuned entry: pairs for one channel, K <= 7 and 6 to 24 maps (where it
-    won, B still fitting in registers), rows for other one-channel layers up to K = 9, else gather."""
+    won, B still fitting in registers), rows for other one-channel layers up to K = 9, else gather; 3xTF32:
+    gather (the only kernel that serves it)."""
+    if precision == "tf32x3":
+        return "gather"
     if C == 1 and K <= 7 and 6 <= M <= 24:
         return "pairs"
     return "rows" if C == 1 and K <= 9 else "gather"
@@ -451,7 +464,9 @@ def plan_any(M: int, C: int, H: int, W: int, K: int, precision: str, config: Opt
              smem_optin: int = SMEM_OPTIN_DEFAULT, in_half: bool = False):
     """The geometry of whichever kernel ``config['kernel']`` (or the per-layer default) names; ``in_half``: the
     gather kernel reads an FP16 x (the others ignore it: they read fp32)."""
-    kind = (config or {}).get("kernel") or default_kernel(C, K, M)
+    kind = (config or {}).get("kernel") or default_kernel(C, K, M, precision)
+    if kind != "gather" and precision == "tf32x3":
+        raise ValueError(f"3xTF32 runs on the gather kernel only, not {kind!r}; leave 'kernel' out")
     if kind == "rows":
         return plan_rows(M, C, H, W, K, precision, config, smem_optin)
     if kind == "pairs":
@@ -493,11 +508,13 @@ def pack_fragments(weight: torch.Tensor, geom: TcGeometry) -> torch.Tensor:
     nt = torch.arange(geom.ntl, device=dev).view(1, -1, 1, 1)
     lane = torch.arange(32, device=dev).view(1, 1, -1, 1)
     n = nt * 8 + lane // 4                                   # column (map): groupID
-    if geom.precision == "tf32":
+    if geom.precision != "fp16":
         reg = torch.arange(2, device=dev).view(1, 1, 1, -1)
         k = ks * 8 + lane % 4 + 4 * reg                      # b0: k = tig, b1: k = tig + 4
         n, k = torch.broadcast_tensors(n, k)
         frag = wmat[n, k]                                    # (KS, NTL, 32, 2)
+        if geom.precision == "tf32x3":                       # (KS, NTL, 32, 4): big b0 b1, small b0 b1
+            frag = torch.cat(split_tf32(frag), dim=-1)
         return frag.contiguous().view(torch.int32).reshape(-1)
     reg = torch.arange(2, device=dev).view(1, 1, 1, -1, 1)
     half = torch.arange(2, device=dev).view(1, 1, 1, 1, -1)
@@ -608,7 +625,7 @@ def layer(weight, bias, H: int, W: int, precision: str, config=None, half_output
     M, C, K, _ = weight.shape
     if config is None:
         config = tuned_config(M, C, H, W, K, precision)
-    kind = (config or {}).get("kernel") or default_kernel(C, K, M)
+    kind = (config or {}).get("kernel") or default_kernel(C, K, M, precision)
     return TcLayer(weight, bias, H, W, precision, {**(config or {}), "kernel": kind}, half_output, half_input)
 
 
@@ -707,11 +724,13 @@ def prepare(weight: torch.Tensor, bias: Optional[torch.Tensor] = None, precision
     The rows and pairs kernels write float32 whatever is asked: the returned tensor's dtype says which.
     ``in_dtype=torch.float16``: the layer also takes an FP16 x, which the gather kernel reads as it is (FP16
     precision only); float32 inputs still work (a second kernel, compiled at the first such call)."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if precision not in GATHER_PRECISIONS:
+        raise ValueError(f"precision must be one of {GATHER_PRECISIONS}, got {precision!r}")
     half, half_in = cc.is_half("out_dtype", out_dtype), cc.is_half("in_dtype", in_dtype)
     if half_in and precision != "fp16":
         raise ValueError(f"in_dtype=torch.float16 needs precision fp16 (TF32 reads fp32), got {precision}")
+    if half and precision == "tf32x3":
+        raise ValueError("out_dtype=torch.float16 would round away 3xTF32's accuracy; 3xTF32 writes float32")
     weight, bias = cc.check_weight(weight, bias)
     dtypes = (torch.float32, torch.float16) if half_in else (torch.float32,)
     return cc.per_input_size(weight, lambda h, w: layer(weight, bias, h, w, precision, config, half, half_in),

@@ -16,8 +16,8 @@ fails its check is reported and not timed; a layer/config that does not fit is s
 ``--variants`` times each implementation's candidate configurations per layer (the module's
 ``candidate_configs``, Triton's ``SWEEP`` list, the tensor-core designs); ``--configs "k=v,k=v;..."`` instead
 times the layer's chosen configuration and it with those fields changed. ``--write-auto FILE`` records, per
-layer and pool, the fastest exact CUDA kernel and configuration of this run for cuda-auto as entries for this
-run's ``--batch``, merged into FILE (an entry of the same shape, pool and batch is replaced; other batches'
+layer and pool, the fastest CUDA kernel held to the exact tolerance (fp32 or 3xTF32) and its configuration for
+cuda-auto as entries for this run's ``--batch``, merged into FILE (an entry of the same shape, pool and batch is replaced; other batches'
 and layers' entries stay). ``--write-tuning DIR`` records, per implementation with a tuning file (``tuning_target``), each
 layer's fastest configuration of this run in ``DIR/<impl>.json``, replacing that layer's entry and keeping the
 others. Both write the tuning store's schema (``convforge.tuning``) atomically.
@@ -89,7 +89,7 @@ def _chosen(impl, M: int, C: int, H: int, W: int, K: int, pool: int):
     if name.startswith("cuda-tc-") and pool > 1:
         return module.pool_config(M, C, H, W, K) if module.pool_serves(C, H, W, K, pool, impl.precision) else None
     if name.startswith("cuda-tc-"):
-        return dict(module.tuned_config(M, C, H, W, K, impl.precision) or {"kernel": module.default_kernel(C, K, M)})
+        return dict(module.tuned_config(M, C, H, W, K, impl.precision) or {"kernel": module.default_kernel(C, K, M, impl.precision)})
     if name == "triton-direct":
         return module.choose_config(M, C, K)
     if name == "triton-fused-layer":
@@ -103,6 +103,9 @@ def _tc_candidates(module, M, C, H, W, K, precision) -> list[dict]:
     """The tensor-core designs: gather (FP16 with an even width: also its FP16 image pairs, xh, at the launch shapes
     that won sp18/sp19 L2), rows (columns per mma row, threads, pipelining, maps per tile), pairs."""
     configs = [{"kernel": "gather"}]
+    if precision == "tf32x3":   # the gather kernel only: its warps' position tiles and threads
+        return configs + [{"kernel": "gather", "rm": rm, "nt": nt} for rm in (1, 2, 4) for nt in (128, 256)
+                          if (rm, nt) != (2, 256)]
     if precision == "fp16" and W % 2 == 0:
         configs += [{"kernel": "gather", "xh": 1, "rm": rm, "nt": 128, "cs": 1} for rm in (2, 4)]
     if K <= 9:
@@ -287,7 +290,7 @@ def run_sweep(args) -> int:
                                      error=error, ok=ok, median_ms=ms, floor_ms=floor))
                     print(f"{'ok  ' if ok else 'BAD '} {spec.label:8s} {what:60s} err {error:8.1e}" +
                           (f"  {ms:8.3f} ms  floor {floor:7.3f}  {100 * floor / ms:5.1f} %" if ok else ""), flush=True)
-                    if ok and impl.exact and impl.name in auto_eligible:
+                    if ok and impl.name in auto_eligible:   # (each held to the exact tolerance)
                         key = ((s.M, s.C, s.H, s.W, s.K), pool or 1)
                         if key not in best or ms < best[key][1]:
                             best[key] = (impl.name, ms, _auto_config(impl.name, s.C, config))
@@ -323,8 +326,8 @@ def _measured(args, device: str, with_triton: bool = False) -> dict:
 
 
 def _write_auto(path: Path, best: dict, args, device: str) -> None:
-    """cuda-auto's table: per layer and pool, the fastest exact CUDA kernel of this run and its configuration
-    (None: that kernel's own tuned choice), merged into ``path`` as entries for ``args.batch``."""
+    """cuda-auto's table: per layer and pool, the fastest CUDA kernel of this run held to the exact tolerance (fp32
+    or 3xTF32) and its configuration (None: that kernel's own tuned choice), merged into ``path`` as entries for ``args.batch``."""
     from convforge import tuning
     if not best:
         print("--write-auto: no exact CUDA kernel was timed; nothing written", file=sys.stderr)

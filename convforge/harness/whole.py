@@ -14,9 +14,10 @@ The network's floor: FLOPs of every layer at the best measured fp32 rate (SGEMM 
 that must move (the float32 input read once, the weights, the logits written) at the best measured bandwidth
 (copy, read or write), whichever is longer. Intermediate maps are not counted: a fused network need not write them.
 The fast path's floor takes the fastest tensor-core rate measured (FP16 or TF32) instead of the fp32 rate.
-The exact path's dense layers may run on the tensor cores with split TF32 (GpuDense's tc3 forms, fp32-accurate):
-their FLOPs count at the best exact rate they may use, the larger of the fp32 rate and the 3xTF32 ceiling
-(``exact_floor_s``), so that the floor stays a floor.
+The exact path's dense layers (GpuDense's tc3 forms) and plain convs (cuda-auto's cuda-tc-3xtf32 entries) may run
+on the tensor cores with split TF32 (fp32-accurate): every layer's FLOPs count at the best exact rate, the larger
+of the fp32 rate and the 3xTF32 ceiling (``exact_floor_s``), so that the floor stays a floor. (Until 2026-11-28
+20:00 UTC the convs counted at the fp32 rate: the records before then give a higher % of that floor.)
 """
 
 from __future__ import annotations
@@ -45,12 +46,10 @@ class NetworkCost:
 
 
 def exact_floor_s(ceilings, cost: NetworkCost) -> float:
-    """The exact path's floor: the bytes at the best bandwidth, or the convolutions' FLOPs at the fp32 rate plus
-    the dense layers' at the best exact rate they may use (fp32, or 3xTF32 on the tensor cores:
-    ``compute_gflops_for("tf32x3")`` is already the larger of the two), whichever is longer."""
-    compute_s = ((cost.flops - cost.dense_flops) / (ceilings.compute_gflops_for("fp32") * 1e9)
-                 + cost.dense_flops / (ceilings.compute_gflops_for("tf32x3") * 1e9))
-    return max(cost.bytes_moved / (ceilings.bandwidth_gbps * 1e9), compute_s)
+    """The exact path's floor: the bytes at the best bandwidth, or every layer's FLOPs at the best rate an
+    fp32-accurate result may use (``compute_gflops_for("tf32x3")``: the larger of the fp32 rate and the 3xTF32
+    ceiling), whichever is longer."""
+    return ceilings.floor_s(cost.flops, cost.bytes_moved, "tf32x3")
 
 
 def network_cost(network: Network, batch: int) -> NetworkCost:
@@ -140,7 +139,7 @@ def bench_network(name: str, batches: Sequence[int], ceilings, compile_batches: 
             ms = float(np.median(times)) * 1e3
             floor = fast_floor_ms if label.startswith("convforge fast") else floor_ms
             rows.append(dict(model=name, batch=batch, candidate=label, ms=ms, floor_ms=floor,
-                             floor_precision="mixed" if floor is fast_floor_ms else "fp32, dense tf32x3",
+                             floor_precision="mixed" if floor is fast_floor_ms else "tf32x3",
                              pct_floor=100 * floor / ms, images_per_s=batch / ms * 1e3,
                              gflops=cost.flops / ms / 1e6, relative_error=error, predictions_agree=agree,
                              repeats=len(times)))

@@ -86,11 +86,10 @@ static_assert(!KORDER || C % BK == 0, "CF_KORDER 1: C a multiple of BK");
 __device__ __forceinline__ void split_tf32(float v, unsigned& big, unsigned& small)
 {
     if ((__float_as_uint(v) & 0x7f800000u) == 0u) v = 0.0f;   // a denormal reads as zero, as in every kernel here (-ftz)
-    big = tf32_bits<true>(v) & 0xffffe000u;
-    if constexpr (SPLIT == 3) {
-        const bool finite = (big & 0x7f800000u) != 0x7f800000u;
-        small = tf32_bits<true>(finite ? v - __uint_as_float(big) : 0.0f);
-    }
+    if constexpr (SPLIT == 3)
+        tf32_split(v, big, small);
+    else
+        big = tf32_bits<true>(v) & 0xffffe000u;
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
-// Warp-level tensor-core helpers shared by the tensor-core kernels (tc.cu, tc_rows.cu, tc_pairs.cu): fp32 ->
-// TF32 bits, two floats -> one half2 word, one mma.sync (m16n8k8 TF32 or m16n8k16 FP16, fp32 accumulate) in
-// the PTX ISA's fragment layouts, and an in-place TF32 rounding of staged rows. The host emulation
-// (host_emulation.h) gives each the same semantics on a CPU.
+// Warp-level tensor-core helpers shared by the tensor-core kernels (tc.cu, tc_rows.cu, tc_pairs.cu, igemm.cu):
+// fp32 -> TF32 bits, its 3xTF32 split, two floats -> one half2 word, one mma.sync (m16n8k8 TF32 or m16n8k16
+// FP16, fp32 accumulate) in the PTX ISA's fragment layouts, and an in-place TF32 rounding of staged rows. The
+// host emulation (host_emulation.h) gives each the same semantics on a CPU.
 // Included textually by cuda_common.load_source; nvcc finds it beside the kernel.
 
 namespace {
@@ -21,6 +21,15 @@ __device__ __forceinline__ unsigned tf32_bits(float v)
 #else
     return 0u;
 #endif
+}
+
+// 3xTF32's parts of an fp32 value (TF32 bit patterns): big = v rounded to TF32, small = the rest rounded, so
+// |v - big - small| <= 2^-22 |v|; a non-finite v gets a zero small part (Inf - Inf would be NaN).
+__device__ __forceinline__ void tf32_split(float v, unsigned& big, unsigned& small)
+{
+    big = tf32_bits<true>(v) & 0xffffe000u;
+    const bool finite = (big & 0x7f800000u) != 0x7f800000u;
+    small = tf32_bits<true>(finite ? v - __uint_as_float(big) : 0.0f);
 }
 
 // (lo, hi) -> one word, lo in the lower half (the lower k index of an FP16 fragment register)

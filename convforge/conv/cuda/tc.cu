@@ -20,11 +20,16 @@
 // 10 mantissa bits (weights rounded to nearest on staging; inputs too with CF_TF32_ROUND=1, else the
 // hardware truncates them),
 // FP16 11; products are exact and accumulate in fp32.
+// CF_PREC 2, 3xTF32 (fp32-accurate, held to the exact tolerance): each operand as big + small TF32 parts, the
+// weights split on the host (B fragments of four registers: big b0 b1, small b0 b1), each gathered input split
+// in registers (tf32_split); a k step's three products a_small*b_big + a_big*b_small + a_big*b_big go to a fresh
+// sum that an fp32 add folds into the accumulator: the tensor cores' accumulation truncates, and in one
+// long-lived accumulator that bias adds up over C*K*K (cuda_igemm's FLUSH_NOTE).
 // Non-finite inputs: a padded k re-reads the window's first element with a zero weight (Inf * 0 = NaN there,
 // where torch gives +-Inf), and FP16 turns |v| > 65504 into infinity; any such input makes every map of the
 // positions that read it non-finite. Each lane tests map tile 0 of its positions after the k loop; a block that
 // saw one replaces its non-finite outputs by exact fp32 values after its last image (nonfinite.cuh).
-// Constants: CF_M CF_C CF_H CF_W CF_K, CF_PREC (0 tf32, 1 fp16), CF_RM, CF_NT, CF_XSMEM, CF_BSMEM,
+// Constants: CF_M CF_C CF_H CF_W CF_K, CF_PREC (0 tf32, 1 fp16, 2 3xtf32), CF_RM, CF_NT, CF_XSMEM, CF_BSMEM,
 // CF_TF32_ROUND, CF_STREAM_STORES (evict-first output stores), CF_OUT_HALF (1: y in FP16, for a consumer that
 // reads FP16: half the output bytes; the caller bounds the values), CF_IN_HALF (1: x in FP16 bits, from a producer
 // that writes FP16, e.g. cuda-direct's CF_OUT_HALF: half the input bytes read; staged into shared memory as the
@@ -75,19 +80,22 @@ constexpr int M = CF_M, C = CF_C, H = CF_H, W = CF_W, K = CF_K, RM = CF_RM, NT =
 constexpr int HO = H - K + 1, WO = W - K + 1, P = HO * WO;
 constexpr int KE = CF_XHALF ? K + (K & 1) : K;         // taps per kernel row in the reduction (CF_XHALF: even)
 constexpr int KR = C * K * KE;                         // reduction length
-constexpr int KSTEP = CF_PREC ? 16 : 8;                // the instruction's k
+constexpr int KSTEP = CF_PREC == 1 ? 16 : 8;           // the instruction's k
+constexpr bool SPLIT3 = CF_PREC == 2;                  // 3xTF32
 constexpr int KS = (KR + KSTEP - 1) / KSTEP;           // k steps
 constexpr int KP = KS * KSTEP;                         // padded reduction length
 constexpr int NTL = (M + 7) / 8;                       // 8-map tiles
 constexpr int IMG = C * H * W;
 constexpr int XW = IMG / 2 + 1;                        // CF_XHALF: 32-bit words per FP16 copy (one of padding)
 constexpr int XS_FLOATS = CF_XHALF ? 2 * XW : CF_XSMEM ? (IMG + 3) / 4 * 4 : 0;
-constexpr int BS_WORDS = CF_BSMEM ? KS * NTL * 64 : 0;   // two 32-bit registers per lane per (k step, map tile)
+constexpr int BW = SPLIT3 ? 4 : 2;                     // B registers per lane per (k step, map tile)
+constexpr int BS_WORDS = CF_BSMEM ? KS * NTL * 32 * BW : 0;
 constexpr int PT = (P + 16 * RM - 1) / (16 * RM);      // position tiles per image
 constexpr int NWARPS = NT / 32;
 static_assert(NT % 32 == 0, "CF_NT must be a multiple of 32");
 static_assert(!CF_XHALF || (CF_PREC == 1 && CF_XSMEM && W % 2 == 0), "CF_XHALF needs FP16, CF_XSMEM and an even W");
 static_assert(!CF_IN_HALF || CF_XSMEM, "CF_IN_HALF needs CF_XSMEM (the image is read from shared memory)");
+static_assert(!SPLIT3 || (!CF_IN_HALF && !CF_OUT_HALF), "3xTF32 reads and writes fp32");
 #if CF_IN_HALF
 typedef unsigned short in_t;                           // FP16 bits
 #else
@@ -140,7 +148,7 @@ conv_tc(out_t* __restrict__ y, const in_t* __restrict__ x, const unsigned* __res
     if constexpr (CF_BSMEM) {
         for (int i = tid; i < BS_WORDS; i += NT) {
             const unsigned v = __ldg(bfrag + i);
-            bs[i] = CF_PREC ? v : tf32_bits<true>(__uint_as_float(v));
+            bs[i] = CF_PREC ? v : tf32_bits<true>(__uint_as_float(v));   // (3xTF32: split on the host)
         }
     }
     __syncthreads();
@@ -209,7 +217,17 @@ conv_tc(out_t* __restrict__ y, const in_t* __restrict__ x, const unsigned* __res
 #pragma unroll 2
             for (int ks = 0; ks < KS; ++ks) {
                 unsigned a[RM][4];
-#if CF_PREC == 0
+#if CF_PREC == 2
+                unsigned as[RM][4];                            // the inputs' small parts
+                const int k0 = koff[ks * 8 + tig], k1 = koff[ks * 8 + tig + 4];
+#pragma unroll
+                for (int i = 0; i < RM; ++i) {
+                    tf32_split(at(src, rb0[i] + k0), a[i][0], as[i][0]);
+                    tf32_split(at(src, rb1[i] + k0), a[i][1], as[i][1]);
+                    tf32_split(at(src, rb0[i] + k1), a[i][2], as[i][2]);
+                    tf32_split(at(src, rb1[i] + k1), a[i][3], as[i][3]);
+                }
+#elif CF_PREC == 0
                 const int k0 = koff[ks * 8 + tig], k1 = koff[ks * 8 + tig + 4];
 #pragma unroll
                 for (int i = 0; i < RM; ++i) {
@@ -238,10 +256,27 @@ conv_tc(out_t* __restrict__ y, const in_t* __restrict__ x, const unsigned* __res
                     a[i][3] = half2_bits(at(src, rb1[i] + k2), at(src, rb1[i] + k3));
                 }
 #endif
+#if CF_PREC == 2
+#pragma unroll
+                for (int n = 0; n < NTL; ++n) {
+                    const int idx = ((ks * NTL + n) * 32 + lane) * BW;
+                    const uint4 b = CF_BSMEM ? *reinterpret_cast<const uint4*>(bs + idx)
+                                             : __ldg(reinterpret_cast<const uint4*>(bfrag + idx));
+#pragma unroll
+                    for (int i = 0; i < RM; ++i) {
+                        float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};       // this k step's fresh sum
+                        mma<0>(part, as[i], b.x, b.y);
+                        mma<0>(part, a[i], b.z, b.w);
+                        mma<0>(part, a[i], b.x, b.y);
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) acc[i][n][e] += part[e];
+                    }
+                }
+#else
 #pragma unroll
                 for (int n = 0; n < NTL; ++n) {
                     unsigned b0, b1;
-                    const int idx = ((ks * NTL + n) * 32 + lane) * 2;
+                    const int idx = ((ks * NTL + n) * 32 + lane) * BW;
                     if constexpr (CF_BSMEM) {
                         const uint2 v = *reinterpret_cast<const uint2*>(bs + idx);
                         b0 = v.x; b1 = v.y;
@@ -253,6 +288,7 @@ conv_tc(out_t* __restrict__ y, const in_t* __restrict__ x, const unsigned* __res
 #pragma unroll
                     for (int i = 0; i < RM; ++i) mma<CF_PREC>(acc[i][n], a[i], b0, b1);
                 }
+#endif
             }
 
             // a non-finite input read by one of this lane's rows (nonfinite.cuh)
