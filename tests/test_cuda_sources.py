@@ -40,7 +40,7 @@ def _specs() -> list[tuple[str, cc.KernelSpec]]:
         for module in (cuda_naive, cuda_tiled, cuda_constmem, cuda_unroll_gemm, cuda_fused_gemm):
             for spec in module.kernel_specs(*shape):
                 specs.setdefault(spec, f"{module.__name__.split('.')[-1]} {label}")
-        for precision in cuda_tc.PRECISIONS:
+        for precision in cuda_tc.GATHER_PRECISIONS:
             for spec in cuda_tc.kernel_specs(*shape, precision=precision):
                 specs.setdefault(spec, f"cuda_tc {precision} {label}")
         for precision in cuda_igemm.PRECISIONS:
@@ -56,7 +56,7 @@ def _specs() -> list[tuple[str, cc.KernelSpec]]:
             specs.setdefault(spec, f"cuda_fused_gemm {label}")
         for spec in cuda_direct.kernel_specs(*shape):
             specs.setdefault(spec, f"cuda_direct {label}")
-        for precision in cuda_tc.PRECISIONS:   # the kernel prepare() runs on each layer (e.g. fa20 L1's staged epilogue)
+        for precision in cuda_tc.GATHER_PRECISIONS:   # the kernel prepare() runs on each layer (e.g. fa20 L1's staged epilogue)
             specs.setdefault(cuda_tc.kernel_specs(*shape, precision=precision)[0], f"cuda_tc {precision} {label}")
         if fusion:
             activation, pool = fusion
@@ -237,3 +237,12 @@ def test_launch_arguments_are_packed_as_the_kernel_reads_them():
     worker.join()
     assert seen["other"] != params
     assert unpack(params, "pii") == [2**40 + 5, -7, 2**31 - 1]
+
+
+def test_dense_head_constants_match_the_kernel():
+    """gpu_dense launches dense_head_sum with HEAD_THREADS threads and lets it take up to HEAD_MAX_OUTPUTS
+    first-layer outputs: the kernel's own #defines (its block bound, its shared-memory row) must say the same."""
+    from convforge import gpu_dense
+    source = (cc.KERNEL_DIR / "dense_gemv.cu").read_text(encoding="utf-8")
+    defines = dict(re.findall(r"^#define (HEAD_THREADS|HEAD_MAX_N) (\d+)$", source, re.M))
+    assert defines == {"HEAD_THREADS": str(gpu_dense.HEAD_THREADS), "HEAD_MAX_N": str(gpu_dense.HEAD_MAX_OUTPUTS)}

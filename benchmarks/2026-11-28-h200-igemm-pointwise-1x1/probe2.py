@@ -71,7 +71,7 @@ def persistent_kernel(x_ptr, wb_ptr, ws_ptr, y_ptr, M, C, P, CP, p_tiles, items,
 
 def persistent_call(layer, x, y, tile, per_sm, trunc=False):
     B, positions = x.shape[0], x.shape[2] * x.shape[3]
-    wb, ws, _, _ = layer.packed(tile)
+    wb, ws = layer.packed(tile)
     cp = layer.channels_padded(tile.bk)
     m_tiles = triton.cdiv(layer.M, tile.bm)
     p_tiles = triton.cdiv(positions, tile.tw)

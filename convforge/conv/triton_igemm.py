@@ -375,7 +375,8 @@ class IgemmTmaLayer:
         self.fixed_tile = tile
         self.weight = weight.detach()
         self.bias = bias.detach().contiguous().float() if bias is not None else None
-        self._packed: dict[tuple[int, int], tuple] = {}    # (bm, bk) -> (big, small, descriptors)
+        self._packed: dict[tuple[int, int], tuple] = {}        # (bm, bk) -> (big, small)
+        self._descriptors: dict[tuple[int, int], tuple] = {}   # (bm, bk) -> their TMA descriptors (implicit GEMM)
         self._tiles: dict[tuple[int, int, int], Tile] = {}
         self.sms = torch.cuda.get_device_properties(weight.device).multi_processor_count \
             if weight.is_cuda else 1
@@ -387,8 +388,8 @@ class IgemmTmaLayer:
     def channels_padded(self, bk: int) -> int:
         return -(-self.C // bk) * bk
 
-    def packed(self, tile: Tile) -> tuple:
-        """Weight parts as (Mp, KH*KW*Cp), k = (p, q, c), and their descriptors for this tile's blocks."""
+    def packed(self, tile: Tile) -> tuple[torch.Tensor, torch.Tensor]:
+        """Weight parts (big, small) as (Mp, KH*KW*Cp), k = (p, q, c), padded to this tile's blocks."""
         key = (tile.bm, tile.bk)
         if key not in self._packed:
             M, KH, KW = self.M, self.KH, self.KW
@@ -402,9 +403,17 @@ class IgemmTmaLayer:
                 big = small = w.to(torch.bfloat16)       # to nearest even
             else:
                 big, small = split_tf32(w) if self.parts == 3 else (round_tf32(w),) * 2
-            self._packed[key] = (big, small, TensorDescriptor.from_tensor(big, [tile.bm, tile.bk]),
-                                 TensorDescriptor.from_tensor(small, [tile.bm, tile.bk]))
+            self._packed[key] = (big, small)
         return self._packed[key]
+
+    def descriptors(self, tile: Tile) -> tuple:
+        """The weight parts' TMA descriptors for this tile's blocks (the implicit GEMM's; the pointwise kernel
+        loads the parts by pointer)."""
+        key = (tile.bm, tile.bk)
+        if key not in self._descriptors:
+            self._descriptors[key] = tuple(TensorDescriptor.from_tensor(part, [tile.bm, tile.bk])
+                                           for part in self.packed(tile))
+        return self._descriptors[key]
 
     def tile(self, B: int, HO: int, WO: int) -> Tile:
         if self.fixed_tile is not None:
@@ -445,7 +454,7 @@ class IgemmTmaLayer:
             self.pointwise_call(x, y, self.pointwise_tile())
         elif y.numel():
             t = self.tile(B, HO, WO)
-            _, _, wb_desc, ws_desc = self.packed(t)
+            wb_desc, ws_desc = self.descriptors(t)
             xb, xs = self.channels_last(x, t.bk)
             xb_desc = TensorDescriptor.from_tensor(xb, [t.r, t.tw, t.bk])
             xs_desc = TensorDescriptor.from_tensor(xs, [t.r, t.tw, t.bk])
@@ -475,7 +484,7 @@ class IgemmTmaLayer:
         """y = conv1x1(x) by _pointwise_kernel in ``tile`` (r 1, tw positions, bm maps, bk channels a step)."""
         B = x.shape[0]
         positions = x.shape[2] * x.shape[3]
-        wb, ws, _, _ = self.packed(tile)
+        wb, ws = self.packed(tile)
         m_tiles, p_tiles = triton.cdiv(self.M, tile.bm), triton.cdiv(positions, tile.tw)
         _pointwise_kernel[(m_tiles * p_tiles * B,)](
             x, wb, ws, y, self.bias, self.M, self.C, positions, self.channels_padded(tile.bk), m_tiles, p_tiles,
