@@ -28,9 +28,15 @@ def test_a_cpu_sweep_checks_times_and_records_rows(cli, tmp_path):
     assert stdout.strip().endswith("2 passed, 0 failed")
 
 
+def test_config_overrides_take_integers_and_names():
+    from convforge.harness.sweep import parse_overrides
+    assert parse_overrides("kernel=gather,rm=1;nt=128;") == [{"kernel": "gather", "rm": 1}, {"nt": 128}]
+
+
 @pytest.mark.parametrize("argv, message", [
     (("--impl", "torch", "--device", "cpu", "--layers", "nope"), "names no preset layer"),
-    (("--impl", "torch", "--device", "cpu", "--configs", "r"), "NAME=INTEGER"),
+    (("--impl", "torch", "--device", "cpu", "--configs", "r"), "NAME=VALUE"),
+    (("--impl", "torch", "--device", "cpu", "--configs", "rm=1.5"), "VALUE an integer or a name"),
     (("--sass", "--impl", "cuda-direct"), "--sass compiles"),
 ])
 def test_bad_sweep_options_are_one_line(cli, argv, message):

@@ -63,16 +63,27 @@ def preset_layers(wanted: Sequence[str] = ()) -> list[LayerSpec]:
 # --------------------------------------------------------------------------------------- variants
 
 def parse_overrides(text: str) -> list[dict]:
-    """'num_warps=2;positions_per_thread=8,max_per_pass=12' -> [{'num_warps': 2}, {...: 8, ...: 12}]"""
+    """'num_warps=2;positions_per_thread=8,max_per_pass=12' -> [{'num_warps': 2}, {...: 8, ...: 12}]; a value
+    that is not an integer is kept as a name ('kernel=gather,rm=1' -> {'kernel': 'gather', 'rm': 1})."""
     out = []
     for part in text.split(";"):
         if not part.strip():
             continue
         try:
-            out.append({k.strip(): int(v) for k, v in (kv.split("=") for kv in part.split(","))})
+            out.append({k.strip(): _override_value(v.strip()) for k, v in (kv.split("=") for kv in part.split(","))})
         except ValueError:
-            raise UserError(f"--configs: '{part}' is not NAME=INTEGER[,NAME=INTEGER...]") from None
+            raise UserError(f"--configs: '{part}' is not NAME=VALUE[,NAME=VALUE...] (VALUE an integer or a name)") \
+                from None
     return out
+
+
+def _override_value(text: str):
+    try:
+        return int(text)
+    except ValueError:
+        if not text.isidentifier():
+            raise
+        return text
 
 
 def _chosen(impl, M: int, C: int, H: int, W: int, K: int, pool: int):
