@@ -44,7 +44,7 @@ def test_bad_sweep_options_are_one_line(cli, argv, message):
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
 
 
-TUNABLE = ("cuda-fused-gemm", "cuda-fused-layer", "cuda-direct", "cuda-tc-tf32", "cuda-tc-fp16")
+TUNABLE = ("cuda-fused-gemm", "cuda-fused-layer", "cuda-direct", "cuda-tc-tf32", "cuda-tc-fp16", "cuda-tc-3xtf32")
 
 
 @pytest.mark.parametrize("name", TUNABLE)

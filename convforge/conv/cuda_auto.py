@@ -10,8 +10,9 @@ not prepare one (that compiles and allocates) but reuses one prepared for its si
 capture (``engine.GraphedForward`` runs two uncaptured passes first). With no entry
 it runs cuda-fused-gemm (plain calls) or cuda-fused-layer (fused calls) with their modelled default launch
 shapes. Only kernels held to the exact tolerance are eligible: fp32 arithmetic, and cuda-tc-3xtf32's split TF32
-(three tensor-core products a multiply, fp32-accurate), which serves plain (unfused) layers. An entry's ``shape`` is M, C, H, W, K and ``pool`` (1 for a
-plain conv), its ``config`` the delegate and the delegate's launch config (null: the delegate's own choice)::
+(three tensor-core products a multiply, fp32-accurate), which serves plain (unfused) layers. An entry's ``shape``
+is M, C, H, W, K and ``pool`` (1 for a plain conv), its ``config`` the delegate and the delegate's launch config
+(null: the delegate's own choice)::
 
     {"shape": {"M": 24, "C": 12, "H": 33, "W": 33, "K": 7, "pool": 1},
      "config": {"impl": "cuda-fused-gemm", "config": {"tm": 6, "ht": 1, "wt": 4, "nt": 384}},

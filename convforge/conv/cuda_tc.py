@@ -19,12 +19,15 @@ output of a producer that writes FP16 (cuda-direct's ``out_dtype``; the engine's
 first conv): half the input bytes, and with ``xh=1`` the FP16 words go to shared memory as they are, no conversion.
 The rows and pairs kernels read fp32: an FP16 x is widened for them first (exact, one extra pass).
 
-cuda-tc-3xtf32 (precision ``tf32x3``, the gather kernel only; SPLIT3_NOTE): split TF32, the technique of
+cuda-tc-3xtf32 (precision ``tf32x3``, the gather kernel only): split TF32, the technique of
 cuda-igemm-3xtf32 on this kernel's gathers. The weights are split on the host into big + small TF32 parts (B
 fragments of four registers), each gathered input is split in registers, and a k step's three products
 a_small*b_big + a_big*b_small + a_big*b_big go to a fresh sum added to the accumulator in fp32 (the tensor cores'
 accumulation truncates: cuda_igemm's FLUSH_NOTE). fp32-accurate, held to the exact tolerance (1e-5), so cuda-auto
-may choose it for the exact path's unfused layers; it writes float32 and reads float32.
+may choose it for the exact path's unfused layers; it reads and writes float32. Measured on an H200
+(benchmarks/2026-11-28-h200-tc-3xtf32-second-convs): 1.37-1.47x cuda-auto's FMA kernels on sp18 and sp19 L2 at
+10 images (its entries there), 0.61-0.96x on the presets' second convs at 100-10000 images.
+
 Three kernels, chosen per layer (``config={"kernel": "gather" | "rows" | "pairs"}``; default: the measured
 winner in ``convforge/tuning/cuda-tc.json``, else ``default_kernel``). ``cuda/tc_rows.cu`` treats each filter row as a banded (Toeplitz)
 matrix: A fragments are plain rows of the staged image (no gather, no address table), one per k column,
@@ -58,7 +61,7 @@ from convforge.conv import cuda_common as cc, round_tf32, split_tf32
 from convforge.models import ACTIVATIONS
 
 PRECISIONS = ("tf32", "fp16")            # every kernel's (gather, rows, pairs, pool)
-GATHER_PRECISIONS = PRECISIONS + ("tf32x3",)   # the gather kernel's: also 3xTF32 (SPLIT3_NOTE)
+GATHER_PRECISIONS = PRECISIONS + ("tf32x3",)   # the gather kernel's: also 3xTF32 (cuda-tc-3xtf32, the header)
 PREC_CODES = {"tf32": 0, "fp16": 1, "tf32x3": 2}   # tc.cu's CF_PREC
 SOURCE = "tc.cu"
 SMEM_OPTIN_DEFAULT = 227 * 1024

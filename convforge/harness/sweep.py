@@ -17,8 +17,8 @@ fails its check is reported and not timed; a layer/config that does not fit is s
 ``candidate_configs``, Triton's ``SWEEP`` list, the tensor-core designs); ``--configs "k=v,k=v;..."`` instead
 times the layer's chosen configuration and it with those fields changed. ``--write-auto FILE`` records, per
 layer and pool, the fastest CUDA kernel held to the exact tolerance (fp32 or 3xTF32) and its configuration for
-cuda-auto as entries for this run's ``--batch``, merged into FILE (an entry of the same shape, pool and batch is replaced; other batches'
-and layers' entries stay). ``--write-tuning DIR`` records, per implementation with a tuning file (``tuning_target``), each
+cuda-auto as entries for this run's ``--batch``, merged into FILE (an entry of the same shape, pool and batch is
+replaced; other batches' and layers' entries stay). ``--write-tuning DIR`` records, per implementation with a tuning file (``tuning_target``), each
 layer's fastest configuration of this run in ``DIR/<impl>.json``, replacing that layer's entry and keeping the
 others. Both write the tuning store's schema (``convforge.tuning``) atomically.
 """
@@ -100,7 +100,8 @@ def _chosen(impl, M: int, C: int, H: int, W: int, K: int, pool: int):
     if name.startswith("cuda-tc-") and pool > 1:
         return module.pool_config(M, C, H, W, K) if module.pool_serves(C, H, W, K, pool, impl.precision) else None
     if name.startswith("cuda-tc-"):
-        return dict(module.tuned_config(M, C, H, W, K, impl.precision) or {"kernel": module.default_kernel(C, K, M, impl.precision)})
+        return dict(module.tuned_config(M, C, H, W, K, impl.precision)
+                    or {"kernel": module.default_kernel(C, K, M, impl.precision)})
     if name == "triton-direct":
         return module.choose_config(M, C, K)
     if name == "triton-fused-layer":
@@ -338,7 +339,8 @@ def _measured(args, device: str, with_triton: bool = False) -> dict:
 
 def _write_auto(path: Path, best: dict, args, device: str) -> None:
     """cuda-auto's table: per layer and pool, the fastest CUDA kernel of this run held to the exact tolerance (fp32
-    or 3xTF32) and its configuration (None: that kernel's own tuned choice), merged into ``path`` as entries for ``args.batch``."""
+    or 3xTF32) and its configuration (None: that kernel's own tuned choice), merged into ``path`` as entries for
+    ``args.batch``."""
     from convforge import tuning
     if not best:
         print("--write-auto: no exact CUDA kernel was timed; nothing written", file=sys.stderr)

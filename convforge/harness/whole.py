@@ -16,8 +16,9 @@ that must move (the float32 input read once, the weights, the logits written) at
 The fast path's floor takes the fastest tensor-core rate measured (FP16 or TF32) instead of the fp32 rate.
 The exact path's dense layers (GpuDense's tc3 forms) and plain convs (cuda-auto's cuda-tc-3xtf32 entries) may run
 on the tensor cores with split TF32 (fp32-accurate): every layer's FLOPs count at the best exact rate, the larger
-of the fp32 rate and the 3xTF32 ceiling (``exact_floor_s``), so that the floor stays a floor. (Until 2026-11-28
-20:00 UTC the convs counted at the fp32 rate: the records before then give a higher % of that floor.)
+of the fp32 rate and the 3xTF32 ceiling (``exact_floor_s``), so that the floor stays a floor. (Before cuda-tc-3xtf32
+the convs counted at the fp32 rate: records before benchmarks/2026-11-28-h200-tc-3xtf32-second-convs give a higher
+% of that floor.)
 """
 
 from __future__ import annotations
