@@ -263,6 +263,9 @@ def test_every_cuda_tc_entry_is_a_valid_plan_and_the_default():
 
 
 def test_every_cuda_auto_entry_names_an_eligible_delegate_that_accepts_its_config():
+    """Each entry is what cuda-auto runs for its shape and batch on the GPU that measured it (a shape may hold
+    several GPUs' entries for one batch), an eligible delegate whose kernel builds with the entry's config."""
+    import unittest.mock
     from convforge import conv
     from convforge.conv import cuda_auto
     from convforge.conv import cuda_common as cc
@@ -270,7 +273,8 @@ def test_every_cuda_auto_entry_names_an_eligible_delegate_that_accepts_its_confi
         s, chosen = entry["shape"], entry["config"]
         assert set(chosen) == {"impl", "config"} and chosen["impl"] in cuda_auto.ELIGIBLE
         assert s["pool"] == 1 or chosen["impl"] in cuda_auto.FUSING
-        assert cuda_auto.choose(**s, batch=tuning.entry_batch(entry)) == (chosen["impl"], chosen["config"])
+        with unittest.mock.patch.object(tuning, "running_gpu", lambda: entry["gpu"]):
+            assert cuda_auto.choose(**s, batch=tuning.entry_batch(entry)) == (chosen["impl"], chosen["config"])
         module = conv.get(chosen["impl"])._module()
         extra = {}
         if s["pool"] > 1:
