@@ -79,9 +79,6 @@ def _reference(x, w, b, activation=None, pool=None):
     return reference_layer(x, w, b, activation, pool)
 
 
-_TC_TOLERANCE = {"tf32": 1e-2, "fp16": 1e-2, "tf32x3": 1e-5}   # cuda_tc's precisions: 3xTF32 is held to exact
-
-
 # -- on a GPU ------------------------------------------------------------------------------------------------
 
 @needs_gpu
@@ -338,7 +335,7 @@ def test_emulated_global_memory_paths(emulation):
                "fused-layer global")
         for precision in cuda_tc.GATHER_PRECISIONS:
             assert not cuda_tc.plan(9, 3, 13, 15, 5, precision, smem_optin=600).bsmem
-            _check(cuda_tc.prepare(w, b, precision=precision), x, _reference(x, w, b), _TC_TOLERANCE[precision],
+            _check(cuda_tc.prepare(w, b, precision=precision), x, _reference(x, w, b), conv.tolerance_for(precision),
                    f"tc {precision} global")
     finally:
         emulation.cc.device_info = original
@@ -452,7 +449,7 @@ def test_emulated_tc_gather_streaming_stores(emulation):
     for precision in cuda_tc.GATHER_PRECISIONS:
         fn = cuda_tc.prepare(w, b, precision=precision, config={"kernel": "gather", "rm": 1, "nt": 64, "cs": 1})
         assert fn.layer_for(shape[3], shape[4]).geom.cs == 1
-        _check(fn, x, _reference(x, w, b), _TC_TOLERANCE[precision], f"tc gather cs=1 {precision}")
+        _check(fn, x, _reference(x, w, b), conv.tolerance_for(precision), f"tc gather cs=1 {precision}")
 
 
 @needs_cxx
@@ -470,7 +467,7 @@ def test_emulated_tc_gather_splits_small_batches_over_blocks(emulation):
         grid = layer.grid(1)
         assert len(grid) == 2 and grid[0] == 1 and 1 < grid[1] <= cc.cdiv(layer.geom.pt, 2), grid
         assert layer.grid(layer.grid_cap) == (layer.grid_cap,)
-        _check(fn, x, _reference(x, w, b), _TC_TOLERANCE[precision], f"tc gather grid.y {precision}")
+        _check(fn, x, _reference(x, w, b), conv.tolerance_for(precision), f"tc gather grid.y {precision}")
         _check_nonfinite(lambda w, b: cuda_tc.prepare(w, b, precision=precision, config=config), shape, 79, "cpu",
                          f"tc gather grid.y {precision}", fp16_overflow=precision == "fp16")
 

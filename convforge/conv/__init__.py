@@ -57,6 +57,11 @@ EXACT_TOLERANCE = 1e-5     # ||out - ref|| / ||ref|| for exact fp32 arithmetic (
 REDUCED_TOLERANCE = 1e-2   # TF32 / FP16 / BF16 paths
 
 
+def tolerance_for(precision: str) -> float:
+    """The relative-error bound a kernel computing at ``precision`` is held to (fp32-accurate or reduced)."""
+    return EXACT_TOLERANCE if precision in FP32_ACCURATE_PRECISIONS else REDUCED_TOLERANCE
+
+
 class ConvFn(Protocol):
     def __call__(self, x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor: ...
 
@@ -80,7 +85,7 @@ class ConvImpl:
 
     @property
     def tolerance(self) -> float:
-        return EXACT_TOLERANCE if self.precision in FP32_ACCURATE_PRECISIONS else REDUCED_TOLERANCE
+        return tolerance_for(self.precision)
 
     def _module(self):
         return importlib.import_module(f"{__name__}.{self.module}")
