@@ -187,9 +187,10 @@ class GpuDense:
       gemv, in blocks of 64 / 64 / 128 rows over slices of at least 256 / 128 / 256 columns, summed by gemv's
       sum kernel;
     - ``tc3`` / ``tc3-wide`` / ``tc3-deep``: gpu_dense_tc.py's Triton kernel on the tensor cores with split
-      TF32 (3xTF32, fp32-accurate), split-K, blocks of 32 / 64 / 32 outputs over steps of 32 / 64 / 64
-      columns (TC), summed by gemv's sum kernel (over one slice the kernel adds bias and activation itself,
-      FUSE_TC_EPILOGUE); for any rows, where Triton and CuPy are present and the GPU has TF32 (sm_80 on);
+      TF32 (3xTF32, fp32-accurate; the weights split once, at the first such call), split-K, blocks of 32 / 64 /
+      32 outputs over steps of 32 / 64 / 64 columns (TC), summed by gemv's sum kernel (over one slice the kernel
+      adds bias and activation itself, FUSE_TC_EPILOGUE); for any rows, where Triton and CuPy are present and the
+      GPU has TF32 (sm_80 on);
     - ``tc-tall``: the same kernel on FP16 layers only, in blocks of 128 rows x 64 outputs (TC_HALF);
     - ``tf32-linear`` (cuBLAS with TF32 on for the call) and ``tc1`` / ``tc1-wide`` / ``tc1-deep`` (the tc3 shapes
       with one TF32 product): reduced precision, on a layer made with ``tf32=True`` only (the fast path's fp32
@@ -218,6 +219,7 @@ class GpuDense:
         # fp32 sums and bias; only cuBLAS's two layouts and the Triton tensor-core forms read FP16.
         self.half = weight.dtype == torch.float16
         self.weight_t = weight.t().contiguous()
+        self._tc_parts = None   # the weights' TF32 parts for the tc3 forms, split at their first call
         self.bias_column = None if bias is None else bias[:, None].contiguous()
         depth = weight.shape[1]
         self.splits = next((s for s in self.SPLITS if depth % s == 0 and depth // s >= self.MIN_SPLIT_DEPTH), None)
@@ -275,13 +277,16 @@ class GpuDense:
             form = TC_ALL[variant]
             block = (tc_rows_per_block(rows, variant), form.bn, form.bk)
             precision = "tf32" if self.half or variant in TC_TF32 else "tf32x3"
+            if precision == "tf32x3" and self._tc_parts is None:   # split once, kept (2x the weights' bytes)
+                self._tc_parts = gpu_dense_tc.weight_parts(self.weight)
             if slices == 1 and epilogue:   # y, bias and activation in the kernel's epilogue: no sum
                 y = scratch((rows, outputs), x.device)
                 gpu_dense_tc.launch_part(x, self.weight, y, length, block, TC_WARPS, form.stages, precision,
-                                         self.bias, ACTIVATION_CODES[self.activation])
+                                         self.bias, ACTIVATION_CODES[self.activation], self._tc_parts)
                 return y, 0, None
             part = scratch((slices, rows, outputs), x.device)
-            gpu_dense_tc.launch_part(x, self.weight, part, length, block, TC_WARPS, form.stages, precision)
+            gpu_dense_tc.launch_part(x, self.weight, part, length, block, TC_WARPS, form.stages, precision,
+                                     parts=self._tc_parts)
             return part, slices, kernel_specs()[0]
         if not x.is_contiguous() or x.data_ptr() % 16:
             x = x.contiguous() if not x.is_contiguous() else x.clone()
