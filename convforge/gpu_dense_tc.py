@@ -6,7 +6,7 @@ slice of the reduction in split TF32: each operand is a TF32 big part plus a TF3
 and each k step's three TF32 products (small*big, big*small, big*big) go to a fresh sum that is added to the tile's
 fp32 sum, which holds the project's exact tolerance (1e-5 relative to float64; plain TF32 does not, see
 tests/test_engine.py). The weights come split once (``split_tf32``: the layer keeps both parts), so their tiles go
-from memory to the tensor cores as they are; x is split in registers (``tf32_parts``). Against ``tl.dot(...,
+from memory to the tensor cores as they are; x is split in registers. Against ``tl.dot(...,
 input_precision="tf32x3")``, which splits both operands every step, this ran 1.01-1.43x faster for the best of the
 three tile shapes on every preset's first dense layer at 10-10000 rows (H200; fa17's at 10000: 0.92 against 1.14
 ms), at the same errors (benchmarks/2026-11-28-h200-small-batch-kernels, call 5). The three products summed straight
@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from convforge.conv import split_tf32
-from convforge.conv.triton_common import activation, tf32_parts
+from convforge.conv.triton_common import activation
 
 
 @triton.jit
@@ -60,7 +60,11 @@ def dense_tc_part(x_ptr, w_ptr, ws_ptr, part_ptr, bias_ptr, M, K, N, slice_len, 
         b = tl.load(w_ptr + w_off, mask=w_mask, other=0.0)
         if PRECISION == "tf32x3":
             bs = tl.load(ws_ptr + w_off, mask=w_mask, other=0.0)
-            ab, a_small = tf32_parts(a, True)
+            # x's parts: big truncated, small the rest (the tensor cores drop its low bits: ~2^-21 of x). Two
+            # instructions an element: triton_igemm's tf32_parts (rounded small, Inf and NaN kept in big) takes
+            # about six times that, which at 10000 rows cost more than the split weights saved (call 6).
+            ab = (a.to(tl.int32, bitcast=True) & -8192).to(tl.float32, bitcast=True)
+            a_small = a - ab
             step = tl.dot(a_small, b, input_precision="tf32")   # a fresh sum: not one dot from zero added to acc
             step = tl.dot(ab, bs, step, input_precision="tf32")
             step = tl.dot(ab, b, step, input_precision="tf32")

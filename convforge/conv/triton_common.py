@@ -337,24 +337,6 @@ if triton is not None:
         return acc_a, acc_b
 
     @triton.jit
-    def tf32_parts(v, SPLIT3: tl.constexpr):
-        """v's TF32 operand(s): (big, small) of the 3xTF32 split (big truncated, small the rest rounded, as
-        ``split_tf32`` and cuda-igemm's weights), or (rounded to nearest, unused) for one product; Inf and NaN stay
-        in big. The implicit GEMM and the dense layer split their fp32 inputs in registers with it."""
-        bits = v.to(tl.int32, bitcast=True)
-        finite = (bits & 0x7F800000) != 0x7F800000
-        if SPLIT3:
-            big = tl.where(finite, bits & -8192, bits).to(tl.float32, bitcast=True)
-            rest = tl.where(finite, v - big, 0.0)
-            rest_bits = rest.to(tl.int32, bitcast=True)
-            small = tl.where(finite, (rest_bits + 4096) & -8192, rest_bits).to(tl.float32, bitcast=True)
-            small = tl.where(rest == 0.0, v * 9.313225746154785e-10, small)      # 2^-30: small keeps v's sign
-        else:
-            big = tl.where(finite, (bits + 4096) & -8192, bits).to(tl.float32, bitcast=True)
-            small = big
-        return big, small
-
-    @triton.jit
     def activation(v, ACT: tl.constexpr):
         """0: none, 1: tanh, 2: relu, 3: sigmoid; chosen at compile time, so no branch at run time.
 

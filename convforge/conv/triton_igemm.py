@@ -255,6 +255,23 @@ if triton is not None:
         tl.store(y_ptr + y_off, acc, mask=(oh[:, None] < HO) & (ow[:, None] < WO) & (m[None, :] < M))
 
     @triton.jit
+    def _tf32_parts(v, SPLIT3: tl.constexpr):
+        """v's TF32 operand(s): (big, small) of the 3xTF32 split (big truncated, small the rest rounded, as
+        cuda-igemm's weights), or (rounded to nearest, unused) for one product; Inf and NaN stay in big."""
+        bits = v.to(tl.int32, bitcast=True)
+        finite = (bits & 0x7F800000) != 0x7F800000
+        if SPLIT3:
+            big = tl.where(finite, bits & -8192, bits).to(tl.float32, bitcast=True)
+            rest = tl.where(finite, v - big, 0.0)
+            rest_bits = rest.to(tl.int32, bitcast=True)
+            small = tl.where(finite, (rest_bits + 4096) & -8192, rest_bits).to(tl.float32, bitcast=True)
+            small = tl.where(rest == 0.0, v * 9.313225746154785e-10, small)      # 2^-30: small keeps v's sign
+        else:
+            big = tl.where(finite, (bits + 4096) & -8192, bits).to(tl.float32, bitcast=True)
+            small = big
+        return big, small
+
+    @triton.jit
     def _bf16_high_bits(v):
         """v rounded to bfloat16 (to nearest even, on the bits: INTERP_NOTE) as int32 holding the 16 bits; a NaN
         stays a (quiet) NaN, never Inf."""
@@ -284,7 +301,7 @@ if triton is not None:
         if BF16:
             tl.store(big_ptr + dst, _bf16_high_bits(v).to(tl.int16), mask=store_mask)
         else:
-            big, small = common.tf32_parts(v, SPLIT3)
+            big, small = _tf32_parts(v, SPLIT3)
             if SPLIT3:
                 tl.store(small_ptr + dst, small, mask=store_mask)
             tl.store(big_ptr + dst, big, mask=store_mask)
@@ -319,7 +336,7 @@ if triton is not None:
                 else:
                     acc = tl.dot(wb, xb.to(tl.bfloat16), acc)
             else:
-                xb, xs = common.tf32_parts(v, MODE == 1)
+                xb, xs = _tf32_parts(v, MODE == 1)
                 if MODE == 1:
                     ws = tl.load(ws_ptr + w_off)
                     part = tl.dot(ws, xb, input_precision="tf32")
