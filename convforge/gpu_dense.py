@@ -23,6 +23,7 @@ from typing import Callable, NamedTuple, Optional
 import torch
 
 from convforge.conv import ACTIVATION_CODES, cuda_common as cc   # the codes dense_gemv_sum takes
+from convforge.conv import split_tf32   # the tc3 forms' weight parts
 
 GEMV_ROWS = (4, 8, 16)    # the compiled row counts (CF_ROWS) of dense_gemv.cu: one group of rows per block
 FUSE_ACTIVATION = True    # the engine hands a dense layer its following activation (off: A/B runs)
@@ -278,7 +279,7 @@ class GpuDense:
             block = (tc_rows_per_block(rows, variant), form.bn, form.bk)
             precision = "tf32" if self.half or variant in TC_TF32 else "tf32x3"
             if precision == "tf32x3" and self._tc_parts is None:   # split once, kept (2x the weights' bytes)
-                self._tc_parts = gpu_dense_tc.weight_parts(self.weight)
+                self._tc_parts = split_tf32(self.weight)
             if slices == 1 and epilogue:   # y, bias and activation in the kernel's epilogue: no sum
                 y = scratch((rows, outputs), x.device)
                 gpu_dense_tc.launch_part(x, self.weight, y, length, block, TC_WARPS, form.stages, precision,

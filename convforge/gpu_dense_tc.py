@@ -78,18 +78,13 @@ def dense_tc_part(x_ptr, w_ptr, ws_ptr, part_ptr, bias_ptr, M, K, N, slice_len, 
     tl.store(part_ptr + offsets, acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
-def weight_parts(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The (big, small) TF32 parts of fp32 weights that launch_part's tf32x3 takes (``split_tf32``)."""
-    return split_tf32(weight)
-
-
 def launch_part(x: torch.Tensor, weight: torch.Tensor, part: torch.Tensor, slice_len: int, block: tuple,
                 warps: int, stages: int, precision: str = "tf32x3", bias: torch.Tensor | None = None,
                 act: int = 0, parts: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
     """part[s] = x[:, s-th slice] @ weight[:, s-th slice]^T for every slice; ``block`` = (BM, BN, BK);
     ``weight`` contiguous, ``x`` any strides. ``precision``: tf32x3 for fp32 operands (tf32 only for the tests'
     wrong form); FP16 operands (the fast path's layer, x and weight both FP16) ignore it. tf32x3 reads the
-    weights' ``parts`` (``weight_parts(weight)``, split here when not given: a caller that calls again keeps
+    weights' ``parts`` (``split_tf32(weight)``, split here when not given: a caller that calls again keeps
     them). With one slice (``slice_len`` >= K) ``part`` may be the layer's output y (rows x outputs) with ``bias``
     (contiguous, or None) and ``act`` (an ACTIVATION_CODES value) applied in the epilogue; with several, neither."""
     rows, depth = x.shape
@@ -104,7 +99,7 @@ def launch_part(x: torch.Tensor, weight: torch.Tensor, part: torch.Tensor, slice
     grid = (triton.cdiv(outputs, bn), slices, triton.cdiv(rows, bm))
     split = precision == "tf32x3" and weight.dtype == torch.float32
     if split:
-        weight, small = parts if parts is not None else weight_parts(weight)
+        weight, small = parts if parts is not None else split_tf32(weight)
     else:
         precision, small = ("tf32" if precision == "tf32x3" else precision), weight   # FP16: ignored
     dense_tc_part[grid](x, weight, small, part, part if bias is None else bias, rows, depth, outputs, slice_len,
