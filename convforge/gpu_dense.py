@@ -411,7 +411,7 @@ def form_seconds(call: Callable[[], object], x: torch.Tensor, measure: Measure, 
 
 HEAD_MAX_ROWS = 1024      # DenseHead's one-launch forms: up to this many rows (a block a row) ...
 HEAD_MAX_OUTPUTS = 2048   # ... and first-layer outputs (dense_head_sum's HEAD_MAX_N, its shared-memory row)
-HEAD_THREADS = 256        # dense_head_sum's block (these two are its #defines: tests/test_cuda_sources.py)
+HEAD_THREADS = 1024       # dense_head_sum's block (these two are its #defines: tests/test_cuda_sources.py)
 
 
 class DenseHead:

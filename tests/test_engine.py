@@ -563,10 +563,11 @@ def _head_layers(gen, depth, outputs, bias, first_act="tanh", second_act=None, d
 @pytest.mark.parametrize("bias", [True, False])
 def test_dense_head_kernel_matches_float64(monkeypatch, bias):
     """dense_head_sum (gpu_dense.DenseHead: a split-K dense layer's slices, bias and activation, then the next dense
-    layer, in one launch), run by the host emulation: within 1e-5 of float64 after gemv partials (5 slices: fewer
-    than its 8 running sums) and tiles-fine ones (15: one round of 8 and 7 more), 45 outputs (not a multiple of
-    the block's threads), both layers' activations, a NaN input row kept NaN; partial and output buffers
-    poisoned (NaN) first. Every split-K form serving the rows is offered beside ``apart``."""
+    layer, in one launch), run by the host emulation: within 1e-5 of float64 after gemv partials (5 slices) and
+    tiles-fine ones (15), 45 outputs (not a multiple of the block's threads: 5 and 15 threads an output, one slice
+    each), both layers' activations, a NaN input row kept NaN, and 1100 outputs (more than the block's threads);
+    partial and output buffers poisoned (NaN) first. Every split-K form serving the rows is offered beside
+    ``apart``."""
     from convforge import gpu_dense
     from convforge.conv import cuda_emulate
     if cuda_emulate.compiler() is None:
@@ -594,6 +595,11 @@ def test_dense_head_kernel_matches_float64(monkeypatch, bias):
         assert ((out[keep].double() - ref[keep]).norm() / ref[keep].norm()).item() <= 1e-5
         with pytest.raises(ValueError, match="unknown dense head form 'linear\\+head'"):
             head.run("linear+head", x)
+        # more outputs than the block's threads: one thread an output, several outputs a thread
+        wide, _, reference = _head_layers(gen, 1028, gpu_dense.HEAD_THREADS + 76, bias)
+        x = torch.rand(3, 1028, generator=gen) * 4 - 2
+        out, ref = wide.run("gemv+head", x), reference(x)
+        assert ((out.double() - ref).norm() / ref.norm()).item() <= 1e-5
     big, _, _ = _head_layers(gen, 64, gpu_dense.HEAD_MAX_OUTPUTS + 1, bias)
     assert not big.has_kernel and big.forms(10, big.first) == ["apart"]
 

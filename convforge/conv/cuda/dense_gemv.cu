@@ -148,11 +148,14 @@ extern "C" __global__ void __launch_bounds__(SUM_OUTPUTS * SUM_GROUPS) dense_gem
 }
 
 // The network's head after a split-K dense layer (gpu_dense.DenseHead): the sum above and the next dense layer
-// in one launch, a CUDA graph node less. Block r takes row r: its threads add the row's slices for N outputs
-// (HEAD_CHAINS running sums each, so that many loads are in flight, added in a fixed order), + bias, activation,
-// into shared memory; then each warp takes outputs j of the second layer (N2 x N weights w2): lanes stride
-// over the N values, a shuffle tree adds them, + bias2, act2. Fixed orders: deterministic. N <= HEAD_MAX_N.
-#define HEAD_THREADS 256
+// in one launch, a CUDA graph node less. Block r takes row r: its threads add the row's slices for N outputs,
+// `split` threads an output where the block has them (thread q of an output adds slices q, q + split, ...,
+// HEAD_CHAINS running sums each, so that many loads are in flight; then its partial and the others' are added in
+// q order), + bias, activation, into shared memory; then each warp takes outputs j of the second layer (N2 x N
+// weights w2): lanes stride over the N values, a shuffle tree adds them, + bias2, act2. Fixed orders:
+// deterministic. N <= HEAD_MAX_N. With one thread an output and 256 threads a block, a row's 46-61 slices
+// (fa18's first layer at 10-100 rows) were 6-8 rounds of dependent loads, and the kernel took 6-8 us.
+#define HEAD_THREADS 1024
 #define HEAD_MAX_N 2048
 #define HEAD_CHAINS 8
 extern "C" __global__ void __launch_bounds__(HEAD_THREADS) dense_head_sum(
@@ -161,25 +164,39 @@ extern "C" __global__ void __launch_bounds__(HEAD_THREADS) dense_head_sum(
     int N2, int has_bias2, int act2)
 {
     __shared__ float h[HEAD_MAX_N];
+    __shared__ float partial[HEAD_THREADS];
     const int r = blockIdx.x;
     const size_t stride = (size_t)rows * N;
-    for (int n = threadIdx.x; n < N; n += HEAD_THREADS) {
+    const int split = N >= HEAD_THREADS ? 1 : max(1, min(slices, HEAD_THREADS / N));   // threads an output
+    for (int u = threadIdx.x; u < split * N; u += HEAD_THREADS) {
+        const int n = u % N, q = u / N;
         const float* p = part + (size_t)r * N + n;
         float s[HEAD_CHAINS];
 #pragma unroll
         for (int c = 0; c < HEAD_CHAINS; ++c) s[c] = 0.f;
-        // HEAD_CHAINS predicated loads a round, all issued before their adds, the remainder included (it was a
-        // loop of one load a trip). Same order of sums. H200, two machines: fa17 at 100 rows
-        // 7.9 -> 6.5 us, elsewhere -0.4 to +0.8 us (benchmarks/2026-11-28-h200-small-batch-kernels).
-        for (int sl = 0; sl < slices; sl += HEAD_CHAINS) {
+        // HEAD_CHAINS predicated loads a round, all issued before their adds, the remainder included
+        for (int sl = q; sl < slices; sl += split * HEAD_CHAINS) {
 #pragma unroll
             for (int c = 0; c < HEAD_CHAINS; ++c)
-                if (sl + c < slices) s[c] += p[(size_t)(sl + c) * stride];
+                if (sl + split * c < slices) s[c] += p[(size_t)(sl + split * c) * stride];
         }
 #pragma unroll
         for (int c = 1; c < HEAD_CHAINS; ++c) s[0] += s[c];
-        if (has_bias) s[0] += bias[n];
-        h[n] = dense_activate(s[0], act);
+        if (split > 1) {
+            partial[u] = s[0];
+        } else {
+            if (has_bias) s[0] += bias[n];
+            h[n] = dense_activate(s[0], act);
+        }
+    }
+    if (split > 1) {
+        __syncthreads();
+        for (int n = threadIdx.x; n < N; n += HEAD_THREADS) {
+            float s = partial[n];
+            for (int q = 1; q < split; ++q) s += partial[q * N + n];
+            if (has_bias) s += bias[n];
+            h[n] = dense_activate(s, act);
+        }
     }
     __syncthreads();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
