@@ -5,6 +5,7 @@ launcher: ``gemv`` for 1-128 rows (``conv/cuda/dense_gemv.cu``: at 10 images a d
 product whose weights, 14.4 MB for fa17, dominate, and cuBLAS runs it on a handful of blocks) and ``tiles`` for
 17-2048 rows (``conv/cuda/dense_tiles.cu``: a register-tiled product over slices of the reduction, for the
 100-image layers whose 100 x 160 outputs cuBLAS covers with a few dozen blocks walking all 17496 columns);
+``mma3`` for 1-64 rows (``conv/cuda/dense_mma3.cu``: split TF32 on mma.sync, the batch's rows in one block);
 ``tc3*`` for any rows (``gpu_dense_tc.py``, Triton: the same split-K on the tensor cores with split TF32, fp32
 accurate, imported only when one runs; fa18's layer at 100 rows on an H100 26 us against 36 for tiles, at
 10000 rows 1.01 against 1.38 ms for cuBLAS, benchmarks/2026-11-27-h100-dense-3xtf32).
@@ -39,6 +40,12 @@ TILES_PER_SM = 16         # split-K: slices enough for about this many blocks pe
 # 128, sp18 28.7 against 25.0).
 TILES = {"tiles": (64, 256), "tiles-fine": (64, 128), "tiles-tall": (128, 256)}
 TILES_THREADS = 128       # dense_tiles.cu THREADS
+# mma3 (dense_mma3.cu, split TF32 on mma.sync): a block takes all of 1-64 rows x 32 outputs over a slice; slices
+# as the split-K forms (blocks wanted per SM, no slice shorter than this many columns), the length a multiple of
+# its 64-column slab
+MMA3_ROW_TILES = (1, 2, 4)   # the compiled 16-row tiles of a block (WARP_RT)
+MMA3_PER_SM, MMA3_MIN_SLICE, MMA3_SLAB = 2, 128, 64
+MMA3_PITCH, MMA3_SUM_PITCH, MMA3_THREADS = 80, 40, 128   # dense_mma3.cu's PITCH, SUM_PITCH, THREADS
 TC_WARPS, TC_STAGES = 4, 3
 # Read by each GpuDense when it is made:
 FUSE_TC_EPILOGUE = True   # a tensor-core form over one slice adds bias + activation itself (off: A/B runs)
@@ -83,10 +90,41 @@ def tiles_spec(rows_per_block: int) -> cc.KernelSpec:
 
 @functools.cache
 def kernel_specs() -> tuple[cc.KernelSpec, ...]:
-    """Every compiled form of dense_gemv.cu (one per row count), then of dense_tiles.cu (one per block height).
-    Built once (the eager path asks for it on every call)."""
+    """Every compiled form of dense_gemv.cu (one per row count), then of dense_tiles.cu (one per block height),
+    then of dense_mma3.cu (one per block's row tiles). Built once (the eager path asks for it on every call)."""
     return tuple([cc.KernelSpec.of("dense_gemv.cu", CF_ROWS=rows) for rows in GEMV_ROWS]
-                 + [tiles_spec(m) for m in sorted({m for m, _ in TILES.values()})])
+                 + [tiles_spec(m) for m in sorted({m for m, _ in TILES.values()})]
+                 + [mma3_spec(t) for t in MMA3_ROW_TILES])
+
+
+@functools.cache
+def mma3_spec(row_tiles: int, sums: int = 0) -> cc.KernelSpec:
+    """dense_mma3.cu for ``row_tiles`` x 16 rows; ``sums`` 1 is its known-wrong fixture (the tests')."""
+    return cc.KernelSpec.of("dense_mma3.cu", WARP_RT=row_tiles, **({"SUMS": 1} if sums else {}))
+
+
+def mma3_row_tiles(rows: int) -> int:
+    """The fewest compiled 16-row tiles of dense_mma3.cu that hold ``rows`` (at most 64)."""
+    return next(t for t in MMA3_ROW_TILES if 16 * t >= rows)
+
+
+def mma3_slices(rows: int, outputs: int, depth: int, sm_count: int) -> tuple[int, int]:
+    """(slices, slice length) of the reduction for mma3."""
+    return split_reduction(depth, cc.cdiv(outputs, 32), MMA3_PER_SM * sm_count, MMA3_MIN_SLICE, MMA3_SLAB)
+
+
+def launch_mma3(x: torch.Tensor, parts: tuple[torch.Tensor, torch.Tensor], part: torch.Tensor, slice_len: int,
+                sums: int = 0) -> None:
+    """part[s] = x[:, s-th slice] W[:, s-th slice]^T by dense_mma3.cu from the weights' TF32 ``parts``
+    (split_tf32): x of at most 64 rows, contiguous and 16-byte aligned, K % 4 == 0, slice_len a multiple of 4.
+    ``sums`` 1: the known-wrong fixture."""
+    (rows, depth), outputs = x.shape, parts[0].shape[0]
+    tiles = mma3_row_tiles(rows)
+    smem = 4 * max(2 * (16 * tiles + 64) * MMA3_PITCH, 4 * 16 * tiles * MMA3_SUM_PITCH)   # its SMEM_BYTES
+    cc.kernel(mma3_spec(tiles, sums), "dense_mma3_part", x.device)(
+        (cc.cdiv(outputs, 32), cc.cdiv(depth, slice_len)), (MMA3_THREADS,),
+        (cc.ptr(x), cc.ptr(parts[0]), cc.ptr(parts[1]), cc.ptr(part), cc.i32(rows), cc.i32(depth), cc.i32(outputs),
+         cc.i32(slice_len)), shared_mem=smem)
 
 
 def tc_rows_per_block(rows: int, variant: str = "tc3") -> int:
@@ -187,6 +225,10 @@ class GpuDense:
     - ``tiles`` / ``tiles-fine`` / ``tiles-tall``: dense_tiles.cu for TILES_ROWS, under the same conditions as
       gemv, in blocks of 64 / 64 / 128 rows over slices of at least 256 / 128 / 256 columns, summed by gemv's
       sum kernel;
+    - ``mma3``: dense_mma3.cu for 1-64 rows, under gemv's conditions on an sm_80+ GPU: split TF32 on mma.sync
+      (fp32-accurate; the weights split once, as for the tc3 forms), the rows all in one block per 32 outputs over
+      slices of the reduction, summed by gemv's sum kernel. At 10 rows it ran the exact head 1.06-1.13x faster than
+      the other forms for fa17, fa18 and fa19 (H200, benchmarks/2026-11-29-h200-dense-mma3-small-batch);
     - ``tc3`` / ``tc3-wide`` / ``tc3-deep``: gpu_dense_tc.py's Triton kernel on the tensor cores with split
       TF32 (3xTF32, fp32-accurate; the weights split once, at the first such call), split-K, blocks of 32 / 64 /
       32 outputs over steps of 32 / 64 / 64 columns (TC), summed by gemv's sum kernel (over one slice the kernel
@@ -204,8 +246,8 @@ class GpuDense:
     tensor-core kernel's one-slice epilogue, in place after the cuBLAS forms."""
 
     VARIANTS = ("linear", "transposed", "output-major", "split-k", "gemv", "gemv4", "gemv8", "tiles",
-                "tiles-fine", "tiles-tall", *TC, *TC_HALF, *TF32_FORMS)
-    OWN_KERNELS = ("gemv", "gemv4", "gemv8", *TILES)   # this project's kernels: the conditions of has_gemv
+                "tiles-fine", "tiles-tall", "mma3", *TC, *TC_HALF, *TF32_FORMS)
+    OWN_KERNELS = ("gemv", "gemv4", "gemv8", *TILES, "mma3")   # this project's kernels: the conditions of has_gemv
     GEMV_GROUPS = {"gemv": None, "gemv4": 4, "gemv8": 8}   # None: the smallest compiled group that holds the rows
     SPLITS = (16, 12, 8)     # the first that divides K into parts of at least MIN_SPLIT_DEPTH
     MIN_SPLIT_DEPTH = 256
@@ -232,6 +274,9 @@ class GpuDense:
                          and weight.is_contiguous()
                          and weight.data_ptr() % 16 == 0 and (bias is None or bias.is_contiguous())
                          and (cc.DEVICE_TYPE != "cuda" or cc.unavailable_reason() is None))
+        # mma.sync on TF32 operands: sm_80 on (the host emulation has it)
+        self.has_mma = self.has_gemv and (cc.DEVICE_TYPE != "cuda"
+                                          or torch.cuda.get_device_capability(weight.device) >= (8, 0))
         self.has_tc = (weight.device.type == "cuda" and cc.DEVICE_TYPE == "cuda" and weight.is_contiguous()
                        and (bias is None or bias.is_contiguous()) and triton_present()
                        and torch.cuda.get_device_capability(weight.device) >= (8, 0)
@@ -242,6 +287,7 @@ class GpuDense:
         """The forms this layer has (for any batch: ``gemv`` also needs at most 128 rows, see ``serves``)."""
         return tuple(v for v in self.VARIANTS if (v != "split-k" or self.splits)
                      and (v not in self.OWN_KERNELS or self.has_gemv) and (v not in TC_ALL or self.has_tc)
+                     and (v != "mma3" or self.has_mma)
                      and (self.half or v not in TC_HALF) and (v not in TF32_FORMS or self.tf32)
                      and (not self.half or v in ("linear", "transposed", *TC, *TC_HALF)))
 
@@ -253,6 +299,8 @@ class GpuDense:
             return False
         if variant in TILES:
             return TILES_ROWS[0] <= rows <= TILES_ROWS[1]
+        if variant == "mma3":
+            return rows <= 16 * MMA3_ROW_TILES[-1]
         if variant in TC_ALL:   # any rows whose x offsets fit the Triton kernel's 32-bit index arithmetic
             return rows * self.weight.shape[1] < 2 ** 31
         if variant not in self.GEMV_GROUPS:   # the cuBLAS forms: any rows
@@ -291,6 +339,13 @@ class GpuDense:
             return part, slices, kernel_specs()[0]
         if not x.is_contiguous() or x.data_ptr() % 16:
             x = x.contiguous() if not x.is_contiguous() else x.clone()
+        if variant == "mma3":
+            if self._tc_parts is None:   # split once, kept (2x the weights' bytes), as the tc3 forms'
+                self._tc_parts = split_tf32(self.weight)
+            slices, length = mma3_slices(rows, outputs, depth, cc.device_info(x.device).sm_count)
+            part = scratch((slices, rows, outputs), x.device)
+            launch_mma3(x, self._tc_parts, part, length)
+            return part, slices, kernel_specs()[0]
         args = (cc.ptr(x), cc.ptr(self.weight))
         if variant in TILES:
             slices, length = tiles_slices(rows, outputs, depth, cc.device_info(x.device).sm_count, variant)

@@ -120,7 +120,7 @@ def test_nvcc_compiles_for_sm90(label, spec, tmp_path):
         spilled = [int(v) for v in re.findall(r"(\d+) bytes spill stores", done.stderr)]
         assert spilled and max(spilled) <= 16, f"{label}: spills\n{done.stderr}"
     elif spec.source in ("regtile.cu", "tc.cu", "tc_rows.cu", "tc_pairs.cu", "tc_pool.cu", "direct.cu",
-                         "dense_gemv.cu", "dense_tiles.cu"):
+                         "dense_gemv.cu", "dense_tiles.cu", "dense_mma3.cu"):
         # the register tiles must stay in registers: no kernel entry spills or has a stack frame (a called
         # device function, such as the tensor-core kernels' non-finite pass, may have its own frame)
         report = done.stderr

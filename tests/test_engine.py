@@ -543,6 +543,50 @@ def test_gpu_dense_tiles_kernel_matches_float64(monkeypatch, bias):
         assert ((out.double() - torch.relu(ref)).norm() / torch.relu(ref).norm()).item() <= 1e-5
 
 
+def test_gpu_dense_mma3_kernel_matches_float64(monkeypatch):
+    """dense_mma3.cu (split TF32 on mma.sync, split-K, the batch's rows in one block), run by the host emulation:
+    within 1e-5 of float64 for 3, 19 and 64 rows (one, two and four 16-row tiles, partial ones too), 45 outputs (a
+    partial second block of 32), two slices with a partial last slab, a transposed input view and a fused
+    activation; partial and output buffers poisoned (NaN) first. Its known-wrong fixture (SUMS 1: the three
+    products straight into the running sum, which the emulation truncates as the tensor cores do) fails the same
+    check over one long slice that the kernel passes."""
+    from convforge import gpu_dense
+    from convforge.conv import cuda_emulate, split_tf32
+    from convforge.engine import median_seconds
+    if cuda_emulate.compiler() is None:
+        pytest.skip("no C++ compiler (g++) for the host emulation")
+    monkeypatch.setattr(gpu_dense, "scratch", lambda shape, device: torch.full(shape, float("nan")))
+    gen = torch.Generator().manual_seed(19)
+    weight = torch.randn(45, 1028, generator=gen)
+    b = torch.randn(45, generator=gen)
+    with cuda_emulate.emulated(sm_count=2):
+        dense = gpu_dense.GpuDense(weight, b, median_seconds)
+        assert "mma3" in dense.variants
+        assert [gpu_dense.mma3_row_tiles(r) for r in (1, 16, 17, 33, 64)] == [1, 1, 2, 4, 4]
+        assert gpu_dense.mma3_slices(19, 45, 1028, 2) == (2, 576)   # 2 x 2 blocks: the last slice 452 columns
+        assert [dense.serves("mma3", r) for r in (1, 64, 65)] == [True, True, False]
+        for rows in (3, 19, 64):
+            x = torch.rand(rows, 1028, generator=gen) * 4 - 2
+            ref = torch.nn.functional.linear(x.double(), weight.double(), b.double())
+            for view in (x, x.t().contiguous().t()):
+                out = dense.run("mma3", view)
+                assert out.shape == ref.shape and not out.isnan().any()
+                assert ((out.double() - ref).norm() / ref.norm()).item() <= 1e-5, rows
+        tanh = gpu_dense.GpuDense(weight, b, median_seconds, "tanh")
+        out = tanh.run("mma3", x)
+        assert ((out.double() - torch.tanh(ref)).norm() / torch.tanh(ref).norm()).item() <= 1e-5
+        # one slice of 8192 positive columns: 3072 truncating accumulations a sum in the wrong fixture
+        w = torch.rand(32, 8192, generator=gen)
+        x = torch.rand(16, 8192, generator=gen) * 255
+        ref = x.double() @ w.double().T
+        errors = []
+        for sums in (0, 1):
+            part = gpu_dense.scratch((1, 16, 32), x.device)
+            gpu_dense.launch_mma3(x, split_tf32(w), part, 8192, sums=sums)
+            errors.append(((part[0].double() - ref).norm() / ref.norm()).item())
+        assert errors[0] <= 1e-5 < errors[1], errors
+
+
 def _head_layers(gen, depth, outputs, bias, first_act="tanh", second_act=None, device="cpu"):
     from convforge import gpu_dense
     from convforge.engine import median_seconds
@@ -629,10 +673,12 @@ def test_dense_head_forms_on_the_gpu():
 @pytest.mark.gpu
 @needs_cuda
 def test_gpu_dense_gemv_kernel_on_the_gpu(monkeypatch):
-    """The same kernels (gemv, tiles) on a GPU, at every preset's first dense layer size: within 1e-5 of float64
-    with poisoned buffers, for 1 to 1000 rows, and bit-equal from one call to the next (their sums have a fixed
-    order)."""
+    """The same kernels (gemv, tiles, mma3) on a GPU, at every preset's first dense layer size: within 1e-5 of
+    float64 with poisoned buffers, for 1 to 1000 rows, and bit-equal from one call to the next (their sums have a
+    fixed order). mma3's known-wrong fixture (the products straight into the running sum) fails that check over
+    one slice of the reduction at 64 rows, positive weights, on the layers of 4096 columns or more."""
     from convforge import gpu_dense
+    from convforge.conv import cuda_common as cc, split_tf32
     from convforge.engine import median_seconds
     monkeypatch.setattr(gpu_dense, "scratch",
                         lambda shape, device: torch.full(shape, float("nan"), device=device))
@@ -649,10 +695,18 @@ def test_gpu_dense_gemv_kernel_on_the_gpu(monkeypatch):
             assert not out.isnan().any()
             assert ((out.double() - ref).norm() / ref.norm()).item() <= 1e-5, (outputs, depth, rows)
             assert torch.equal(out, dense.run("gemv", x))
-            for variant in ("gemv4", "gemv8", "tiles", "tiles-fine", "tiles-tall"):
+            for variant in ("gemv4", "gemv8", "tiles", "tiles-fine", "tiles-tall", "mma3"):
                 if dense.serves(variant, rows):
                     out = dense.run(variant, x)
                     assert ((out.double() - ref).norm() / ref.norm()).item() <= 1e-5, (variant, outputs, rows)
+                    if variant == "mma3":
+                        assert torch.equal(out, dense.run(variant, x))
+        if depth >= 4096:   # positive weights: the truncations' bias adds up over a long slice
+            x = torch.rand(64, depth, device="cuda", generator=gen) * 255
+            ref = x.double() @ weight.double().abs().T
+            part = gpu_dense.scratch((1, 64, outputs), x.device)
+            gpu_dense.launch_mma3(x, split_tf32(weight.abs()), part, cc.cdiv(depth, 32) * 32, sums=1)
+            assert ((part[0].double() - ref).norm() / ref.norm()).item() > 1e-5, ("mma3 SUMS 1", outputs, depth)
         x = torch.rand(1000, depth, device="cuda", generator=gen) * 255   # tiles beyond gemv's rows
         ref = torch.nn.functional.linear(x.double(), weight.double(), b.double())
         for variant in ("tiles", "tiles-tall"):
