@@ -227,8 +227,9 @@ class GpuDense:
       sum kernel;
     - ``mma3``: dense_mma3.cu for 1-64 rows, under gemv's conditions on an sm_80+ GPU: split TF32 on mma.sync
       (fp32-accurate; the weights split once, as for the tc3 forms), the rows all in one block per 32 outputs over
-      slices of the reduction, summed by gemv's sum kernel. At 10 rows it ran the exact head 1.06-1.13x faster than
-      the other forms for fa17, fa18 and fa19 (H200, benchmarks/2026-11-29-h200-dense-mma3-small-batch);
+      slices of the reduction, summed by gemv's sum kernel. At 10 rows it ran the exact head 1.06-1.14x faster than
+      the other forms for fa17, fa18 and fa19, and lost at 64-100 rows (H200,
+      benchmarks/2026-11-29-h200-dense-mma3-small-batch);
     - ``tc3`` / ``tc3-wide`` / ``tc3-deep``: gpu_dense_tc.py's Triton kernel on the tensor cores with split
       TF32 (3xTF32, fp32-accurate; the weights split once, at the first such call), split-K, blocks of 32 / 64 /
       32 outputs over steps of 32 / 64 / 64 columns (TC), summed by gemv's sum kernel (over one slice the kernel

@@ -3,8 +3,8 @@
 //
 // At 10 images the exact dense head is bound by reading the weights (fa18's 17496 x 160 as two TF32 parts: 22 MB).
 // This form reads each slab of them once per block of 32 outputs, with the rows of the whole batch, and ran the
-// head 1.06-1.13x faster than the engine's best form for fa17, fa18 and fa19 at 10 rows on an H200 (it lost at 100
-// and 1000 rows to the Triton tc3 forms in every launch shape tried: benchmarks/2026-11-29-h200-dense-mma3-small-batch).
+// head 1.06-1.14x faster than the engine's best form for fa17, fa18 and fa19 at 10 rows on an H200 (it lost at
+// 64-1000 rows to the Triton tc3 forms in every launch shape tried: benchmarks/2026-11-29-h200-dense-mma3-small-batch).
 // Block (n, s) computes WARP_RT x 16 rows x 32 outputs of the s-th slice of the reduction. Each 64-column slab of
 // the slice, x's rows and the weights' two TF32 parts (split once on the host, conv.split_tf32), is staged in
 // shared memory by cp.async, one slab in flight while one is used, and each of the 4 warps takes 16 of its
