@@ -263,7 +263,7 @@ class GpuDense:
         # fp32 sums and bias; only cuBLAS's two layouts and the Triton tensor-core forms read FP16.
         self.half = weight.dtype == torch.float16
         self.weight_t = weight.t().contiguous()
-        self._tc_parts = None   # the weights' TF32 parts for the tc3 forms, split at their first call
+        self._tc_parts = None   # the weights' TF32 parts for the split-TF32 forms (_weight_parts)
         self.bias_column = None if bias is None else bias[:, None].contiguous()
         depth = weight.shape[1]
         self.splits = next((s for s in self.SPLITS if depth % s == 0 and depth // s >= self.MIN_SPLIT_DEPTH), None)
@@ -327,25 +327,22 @@ class GpuDense:
             form = TC_ALL[variant]
             block = (tc_rows_per_block(rows, variant), form.bn, form.bk)
             precision = "tf32" if self.half or variant in TC_TF32 else "tf32x3"
-            if precision == "tf32x3" and self._tc_parts is None:   # split once, kept (2x the weights' bytes)
-                self._tc_parts = split_tf32(self.weight)
+            parts = self._weight_parts() if precision == "tf32x3" else None
             if slices == 1 and epilogue:   # y, bias and activation in the kernel's epilogue: no sum
                 y = scratch((rows, outputs), x.device)
                 gpu_dense_tc.launch_part(x, self.weight, y, length, block, TC_WARPS, form.stages, precision,
-                                         self.bias, ACTIVATION_CODES[self.activation], self._tc_parts)
+                                         self.bias, ACTIVATION_CODES[self.activation], parts)
                 return y, 0, None
             part = scratch((slices, rows, outputs), x.device)
             gpu_dense_tc.launch_part(x, self.weight, part, length, block, TC_WARPS, form.stages, precision,
-                                     parts=self._tc_parts)
+                                     parts=parts)
             return part, slices, kernel_specs()[0]
         if not x.is_contiguous() or x.data_ptr() % 16:
             x = x.contiguous() if not x.is_contiguous() else x.clone()
         if variant == "mma3":
-            if self._tc_parts is None:   # split once, kept (2x the weights' bytes), as the tc3 forms'
-                self._tc_parts = split_tf32(self.weight)
             slices, length = mma3_slices(rows, outputs, depth, cc.device_info(x.device).sm_count)
             part = scratch((slices, rows, outputs), x.device)
-            launch_mma3(x, self._tc_parts, part, length)
+            launch_mma3(x, self._weight_parts(), part, length)
             return part, slices, kernel_specs()[0]
         args = (cc.ptr(x), cc.ptr(self.weight))
         if variant in TILES:
@@ -364,6 +361,13 @@ class GpuDense:
             (cc.cdiv(outputs, GEMV_OUTPUTS), slices, cc.cdiv(rows, group)), (256,),
             (*args, cc.ptr(part), cc.i32(rows), cc.i32(depth), cc.i32(outputs)))
         return part, slices, spec
+
+    def _weight_parts(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The weights' TF32 parts (split_tf32) that the split-TF32 forms (tc3, mma3) read: split at the first such
+        call and kept (twice the weights' bytes)."""
+        if self._tc_parts is None:
+            self._tc_parts = split_tf32(self.weight)
+        return self._tc_parts
 
     def is_split_k(self, variant: str, rows: int) -> bool:
         """Whether ``variant`` is a split-K form (this project's kernels) that serves ``rows`` rows."""
